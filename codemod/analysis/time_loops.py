@@ -2010,82 +2010,96 @@ class TimeLoops:
     def stacked_outputs(self, model: TimeLoop) -> dict[int, Stacked]:
         """For each list output: (init statement, stack call, stack dim, cat) after the checks."""
         loop = model.loop
-        found = {}
         block = self.context.parents.get(loop)
         statements = list(block.body) if isinstance(block, (cst.IndentedBlock, cst.Module)) else []
         index = next((i for i, s in enumerate(statements) if s is loop), None)
         if index is None:
             raise Unsupported("the loop is not in a block of statements")
+        found = {}
         for output in model.outputs:
-            if output.kind == "slot":
-                if output.name in model.states or output.name in read_names(self.context, loop.body) - {output.name}:
-                    pass
-                continue
-            init = None
-            for j in range(index - 1, -1, -1):
-                statement = statements[j]
-                if output.name in read_names(self.context, statement):
-                    raise Unsupported(f"`{output.name}` is used between its creation and the loop")
-                if self._binds(statement, output.name):
-                    init = statement
-                    break
-            if init is None or not (
-                isinstance(init, cst.SimpleStatementLine)
-                and len(init.body) == 1
-                and isinstance(init.body[0], cst.Assign)
-                and isinstance(init.body[0].value, cst.List)
-                and not init.body[0].value.elements
-            ):
-                raise Unsupported(f"`{output.name}` is not made an empty list just before the loop")
-            reads_in_loop = [
-                n
-                for n in self.context.index.find(cst.Name, within=loop.body)
-                if n.value == output.name and not self.context.inside(n, output.statement)
-            ]
-            if reads_in_loop:
-                raise Unsupported(f"`{output.name}` is read in the loop")
-            kinds = self.context.kinds
-            later = sorted(
-                (
-                    read
-                    for binding in kinds.bindings_in(init, output.name)
-                    for read in kinds.reached_reads(binding)
-                    if self.context.index.order(read) > self.context.index.end(loop)
-                ),
-                key=self.context.index.order,
-            )
-            if len(later) != 1:
-                raise Unsupported(f"`{output.name}` is read {'more than once' if later else 'nowhere'} after the loop")
-            stack = self.context.parents.get(self.context.parents.get(later[0]))
-            if not (
-                isinstance(stack, cst.Call)
-                and stack.args
-                and stack.args[0].value is later[0]
-                and self.context.names.is_(stack.func, "torch.stack", "torch.cat")
-            ):
-                raise Unsupported(f"`{output.name}` is used after the loop other than by torch.stack")
-            dim_arg = stack.args[1] if len(stack.args) > 1 else None
-            if len(stack.args) > 2 or (
-                dim_arg is not None and dim_arg.keyword is not None and dim_arg.keyword.value != "dim"
-            ):
-                raise Unsupported("torch.stack with other arguments than the list and dim")
-            dim = integer_value(dim_arg.value) if dim_arg is not None else 0
-            if dim is None:
-                raise Unsupported("the stack's dim is not a number")
-            cat = self.context.names.is_(stack.func, "torch.cat")
-            after = self.context.index.statement_of(stack)
-            if self.context.index.order(after) <= self.context.index.end(loop):
-                raise Unsupported("the stack is inside the loop")
-            between = self._between(statements, loop, after)
-            found[id(output)] = Stacked(init, stack, dim, cat, after, between)
+            if output.kind == "list":
+                found[id(output)] = self._stacked(output, loop, statements, index)
+        self._check_locals_not_read_after(model)
+        return found
+
+    def _stacked(self, output: Output, loop: cst.For, statements: list, index: int) -> Stacked:
+        """The list `output` collects: made empty just before the loop (at `index` of
+        `statements`), read in it by its append only, and after it by one torch.stack."""
+        init = self._empty_list_before(output.name, statements, index)
+        reads_in_loop = [
+            n
+            for n in self.context.index.find(cst.Name, within=loop.body)
+            if n.value == output.name and not self.context.inside(n, output.statement)
+        ]
+        if reads_in_loop:
+            raise Unsupported(f"`{output.name}` is read in the loop")
+        stack, dim = self._stack_call(self._read_after_loop(output.name, init, loop), output.name)
+        cat = self.context.names.is_(stack.func, "torch.cat")
+        after = self.context.index.statement_of(stack)
+        if self.context.index.order(after) <= self.context.index.end(loop):
+            raise Unsupported("the stack is inside the loop")
+        return Stacked(init, stack, dim, cat, after, self._between(statements, loop, after))
+
+    def _empty_list_before(self, name: str, statements: list, index: int) -> cst.CSTNode:
+        """The statement before `statements[index]` that makes `name` an empty list, with no
+        read of it between."""
+        for statement in reversed(statements[:index]):
+            if name in read_names(self.context, statement):
+                raise Unsupported(f"`{name}` is used between its creation and the loop")
+            if self._binds(statement, name):
+                if _makes_empty_list(statement):
+                    return statement
+                break
+        raise Unsupported(f"`{name}` is not made an empty list just before the loop")
+
+    def _read_after_loop(self, name: str, init: cst.CSTNode, loop: cst.For) -> cst.Name:
+        """The one read after the loop of the list `init` binds to `name`."""
+        kinds, index = self.context.kinds, self.context.index
+        later = sorted(
+            (
+                read
+                for binding in kinds.bindings_in(init, name)
+                for read in kinds.reached_reads(binding)
+                if index.order(read) > index.end(loop)
+            ),
+            key=index.order,
+        )
+        if len(later) != 1:
+            raise Unsupported(f"`{name}` is read {'more than once' if later else 'nowhere'} after the loop")
+        return later[0]
+
+    def _stack_call(self, read: cst.Name, name: str) -> tuple[cst.Call, int]:
+        """(the `torch.stack(name, dim)` or `torch.cat` call that reads the list, its dim)."""
+        stack = self.context.parents.get(self.context.parents.get(read))
+        if not (
+            isinstance(stack, cst.Call)
+            and stack.args
+            and stack.args[0].value is read
+            and self.context.names.is_(stack.func, "torch.stack", "torch.cat")
+        ):
+            raise Unsupported(f"`{name}` is used after the loop other than by torch.stack")
+        dim_arg = stack.args[1] if len(stack.args) > 1 else None
+        if len(stack.args) > 2 or (
+            dim_arg is not None and dim_arg.keyword is not None and dim_arg.keyword.value != "dim"
+        ):
+            raise Unsupported("torch.stack with other arguments than the list and dim")
+        dim = integer_value(dim_arg.value) if dim_arg is not None else 0
+        if dim is None:
+            raise Unsupported("the stack's dim is not a number")
+        return stack, dim
+
+    def _check_locals_not_read_after(self, model: TimeLoop) -> None:
+        """No temporary of the loop, nor its step variable, is read after it (the rewrite
+        leaves them unbound)."""
+        loop = model.loop
+        outputs = {o.name for o in model.outputs}
         for name in model.temporaries | ({model.time} if model.time else set()):
-            if name in {o.name for o in model.outputs}:
+            if name in outputs:
                 continue
             for binding in self.context.kinds.bindings_in(loop, name):
                 for node in self.context.kinds.reached_reads(binding):
                     if self.context.index.order(node) > self.context.index.end(loop):
                         raise Unsupported(f"`{name}` is read after the loop (line {self.context.line(node)})")
-        return found
 
     def _between(self, statements, loop, after) -> list:
         """The statements of the loop's block between the loop and the one holding `after`, or
@@ -2188,69 +2202,53 @@ class TimeLoops:
         an elementwise function (`x[..., None].exp()` is `x.exp()[..., None]`); `rank` is the rank
         the value must have (the state's), which makes an unsqueeze at a dim counted from the
         left one counted from the right."""
-        if isinstance(sym, Op) and sym.op in ("map", "neg") and len(sym.args) == 1:
+        if isinstance(sym, Op):
+            return self._unsqueezed_op(sym, dim, rank)
+        if isinstance(sym, Const) and sym.kind != "number":
+            return self._unsqueezed_constant(sym, dim, rank)
+        return None
+
+    def _unsqueezed_op(self, sym: Op, dim: int, rank: int | None) -> Sym | None:
+        if sym.op in ("map", "neg") and len(sym.args) == 1:
             inner = self._unsq(sym.args[0], dim, rank)
             return None if inner is None else Op(plus(inner.rank, 0), sym.op, (inner,), sym.params, sym.node)
-        if isinstance(sym, Op) and sym.op == "unsqueeze" and sym.params[0] == dim:
+        if sym.op != "unsqueeze":
+            return None
+        if sym.params[0] == dim:
             return sym.args[0]
         if (
-            isinstance(sym, Op)
-            and sym.op == "unsqueeze"
-            and sym.params[0] >= 0
+            sym.params[0] >= 0
             and sym.rank is None
             and rank is not None
             and sym.params[0] - rank == dim
             and min_rank(sym) >= rank
         ):
             return sym.args[0]
-        if isinstance(sym, Const) and sym.kind != "number":
-            node = sym.node
-            inner = None
-            if isinstance(node, cst.Name) and node in self.layouts.index:
-                value = self.layouts.value_of(node)  # `u = self.bonus.unsqueeze(-1)` before the loop
-                if isinstance(value, (cst.Call, cst.Subscript)) and value in self.layouts.index:
-                    shape = self.layouts.shape(value)
-                    return self._unsq(Const(len(shape) if shape is not None else sym.rank, value, sym.kind), dim, rank)
-            if (
-                isinstance(node, cst.Call)
-                and isinstance(node.func, cst.Attribute)
-                and node.func.attr.value == "unsqueeze"
-                and len(node.args) == 1
-                and node.args[0].keyword is None
-            ):
-                d = integer_value(node.args[0].value)
-                if d == dim or (d is not None and d >= 0 and sym.rank is not None and d - sym.rank == dim):
-                    inner = node.func.value
-            elif isinstance(node, cst.Subscript) and dim in (-1, -2):
-                kinds = [_element_kind(e) for e in node.slice]
-                pattern = ["...", "None"] if dim == -1 else ["...", "None", ":"]
-                if kinds == pattern:
-                    inner = node.value
-                elif (
-                    sym.rank is not None
-                    and kinds.count("None") == 1
-                    and set(kinds) <= {":", "None"}
-                    and len(kinds) <= sym.rank
-                    and kinds.index("None") - sym.rank == dim
-                ):
-                    inner = node.value
-                elif (
-                    rank is not None
-                    and "..." not in kinds
-                    and set(kinds) <= {":", "None"}
-                    and len(kinds) == rank
-                    and dim + len(kinds) >= 0
-                    and kinds[dim + len(kinds)] == "None"
-                ):
-                    # `u[None, :, None, :]` in a value of the state's rank: its dims are those written
-                    rest = [e for i, e in enumerate(node.slice) if i != dim + len(kinds)]
-                    if all(_element_kind(e) == ":" for e in rest):
-                        inner = node.value
-                    else:
-                        inner = node.with_changes(slice=separated(rest))
-                    return Const(len(kinds) - 1, inner, sym.kind)
-            if inner is not None:
-                return Const(plus(sym.rank, -1), inner, sym.kind)
+        return None
+
+    def _unsqueezed_constant(self, sym: Const, dim: int, rank: int | None) -> Const | None:
+        """A constant's code without its new dim at `dim`: `c.unsqueeze(dim)`, `c[..., None]`,
+        or a name bound to one of those before the loop."""
+        node = sym.node
+        if isinstance(node, cst.Name) and node in self.layouts.index:
+            value = self.layouts.value_of(node)  # `u = self.bonus.unsqueeze(-1)` before the loop
+            if isinstance(value, (cst.Call, cst.Subscript)) and value in self.layouts.index:
+                shape = self.layouts.shape(value)
+                return self._unsq(Const(len(shape) if shape is not None else sym.rank, value, sym.kind), dim, rank)
+            return None
+        if (
+            isinstance(node, cst.Call)
+            and isinstance(node.func, cst.Attribute)
+            and node.func.attr.value == "unsqueeze"
+            and len(node.args) == 1
+            and node.args[0].keyword is None
+        ):
+            d = integer_value(node.args[0].value)
+            if d == dim or (d is not None and d >= 0 and sym.rank is not None and d - sym.rank == dim):
+                return Const(plus(sym.rank, -1), node.func.value, sym.kind)
+            return None
+        if isinstance(node, cst.Subscript) and dim in (-1, -2):
+            return _without_new_dim(sym, node, dim, rank)
         return None
 
     def _norm(self, sym: Sym, rank: int | None) -> Sym:
@@ -2325,57 +2323,52 @@ class TimeLoops:
     def _read_out(self, sym: Sym, state: State, code):
         """(r, mode, key axis, u, wrap) for a read-out of the state by a query r; wrap is the
         unsqueeze (dim) around the result that the form leaves, or None."""
-        if isinstance(sym, Op) and sym.op == "einsum" and len(sym.args) == 2:
-            spec = sym.params[0]
-            for s_at in (0, 1):
-                term = self._state_term(sym.args[s_at], state, code)
-                if term is None:
-                    continue
-                mode, u, u_key = term
-                s_letters, r_letters = spec.inputs[s_at], spec.inputs[1 - s_at]
-                if len(s_letters) < 2 or len(r_letters) < 1:
-                    return None
-                batch = s_letters[:-2]
-                if r_letters[:-1] != batch or spec.output[:-1] != batch:
-                    return None
-                contracted = r_letters[-1]
-                if contracted == s_letters[-2] and spec.output[-1] == s_letters[-1]:
-                    key = -2
-                elif contracted == s_letters[-1] and spec.output[-1] == s_letters[-2]:
-                    key = -1
-                else:
-                    return None
-                if contracted in batch or len(set(s_letters)) != len(s_letters):
-                    return None
-                if u is not None and u_key != key:
-                    return None
-                return sym.args[1 - s_at], mode, key, u, None
-        if (
-            isinstance(sym, Op)
-            and sym.op == "reduce"
-            and sym.params[0] in ((-2,), (-1,))
-            and not sym.params[1]
-            and sym.params[2] == "sum"
-        ):
-            key = sym.params[0][0]
-            inner = sym.args[0]
-            if isinstance(inner, Op) and inner.op == "mul":
-                for s_side, r_side in (inner.args, inner.args[::-1]):
-                    term = self._state_term(s_side, state, code)
-                    r = self._unsq(r_side, -1 if key == -2 else -2)
-                    if term is not None and r is not None and (term[1] is None or term[2] == key):
-                        return r, term[0], key, term[1], None
-        if isinstance(sym, Op) and sym.op == "matmul":
-            a, b = (self._norm(arg, state_rank(state)) for arg in sym.args)
-            term = self._state_term(b, state, code)
-            r = self._unsq(a, -2)
-            if term is not None and r is not None and (term[1] is None or term[2] == -2):
-                return r, term[0], -2, term[1], -2
-            term = self._state_term(a, state, code)
-            r = self._unsq(b, -1)
-            if term is not None and r is not None and (term[1] is None or term[2] == -1):
-                return r, term[0], -1, term[1], -1
+        read = self._READ_OUTS.get(sym.op) if isinstance(sym, Op) else None
+        return read(self, sym, state, code) if read is not None else None
+
+    def _einsum_read_out(self, sym: Op, state: State, code):
+        """`einsum("bhk,bhkv->bhv", r, S)` (the state's letters last two, the query's last
+        one contracted with either)."""
+        if len(sym.args) != 2:
+            return None
+        spec = sym.params[0]
+        for s_at in (0, 1):
+            term = self._state_term(sym.args[s_at], state, code)
+            if term is None:
+                continue
+            mode, u, u_key = term
+            key = _contracted_state_dim(spec.inputs[s_at], spec.inputs[1 - s_at], spec.output)
+            if key is None or (u is not None and u_key != key):
+                return None
+            return sym.args[1 - s_at], mode, key, u, None
         return None
+
+    def _summed_read_out(self, sym: Op, state: State, code):
+        """`(r[..., None] * S).sum(-2)` (or `(S * r[..., None, :]).sum(-1)`)."""
+        if not (sym.params[0] in ((-2,), (-1,)) and not sym.params[1] and sym.params[2] == "sum"):
+            return None
+        key = sym.params[0][0]
+        inner = sym.args[0]
+        if not (isinstance(inner, Op) and inner.op == "mul"):
+            return None
+        for s_side, r_side in (inner.args, inner.args[::-1]):
+            term = self._state_term(s_side, state, code)
+            r = self._unsq(r_side, -1 if key == -2 else -2)
+            if _reads_along(term, r, key):
+                return r, term[0], key, term[1], None
+        return None
+
+    def _matmul_read_out(self, sym: Op, state: State, code):
+        """`r.unsqueeze(-2) @ S` (key dim -2) or `S @ r.unsqueeze(-1)` (key dim -1)."""
+        a, b = (self._norm(arg, state_rank(state)) for arg in sym.args)
+        for s_side, r_side, key in ((b, a, -2), (a, b, -1)):
+            term = self._state_term(s_side, state, code)
+            r = self._unsq(r_side, key)
+            if _reads_along(term, r, key):
+                return r, term[0], key, term[1], key
+        return None
+
+    _READ_OUTS = {"einsum": _einsum_read_out, "reduce": _summed_read_out, "matmul": _matmul_read_out}
 
     def _collect_reads(self, sym: Sym | None, state: State, found: list, code) -> bool:
         """Collect the read-outs of `state` in `sym`; False if the state is used otherwise."""
@@ -2412,6 +2405,73 @@ class TimeLoops:
                     return args[0].args[0]
                 return Op(sym.rank, sym.op, args, sym.params, sym.node)
         return sym
+
+
+def _makes_empty_list(statement) -> bool:
+    """`name = []` alone on its line."""
+    return (
+        isinstance(statement, cst.SimpleStatementLine)
+        and len(statement.body) == 1
+        and isinstance(statement.body[0], cst.Assign)
+        and isinstance(statement.body[0].value, cst.List)
+        and not statement.body[0].value.elements
+    )
+
+
+def _without_new_dim(sym: Const, node: cst.Subscript, dim: int, rank: int | None) -> Const | None:
+    """The constant `node` (a subscript) without the new dim it makes at `dim` (-1 or -2):
+    `c[..., None]`, `c[..., None, :]`, `c[:, None]` in a constant of known rank, or
+    `u[None, :, None, :]` in a value of the state's `rank` (its dims are those written)."""
+    kinds = [_element_kind(e) for e in node.slice]
+    if kinds == (["...", "None"] if dim == -1 else ["...", "None", ":"]) or _only_new_dim_at(kinds, dim, sym.rank):
+        return Const(plus(sym.rank, -1), node.value, sym.kind)
+    if rank is None or "..." in kinds or not set(kinds) <= {":", "None"} or len(kinds) != rank:
+        return None
+    position = dim + len(kinds)
+    if position < 0 or kinds[position] != "None":
+        return None
+    rest = [e for i, e in enumerate(node.slice) if i != position]
+    inner = node.value if all(_element_kind(e) == ":" for e in rest) else node.with_changes(slice=separated(rest))
+    return Const(len(kinds) - 1, inner, sym.kind)
+
+
+def _only_new_dim_at(kinds: list[str], dim: int, rank: int | None) -> bool:
+    """Are `kinds` (of a subscript's elements) `:`s and one `None`, at `dim` counted from
+    the right of a value of `rank` dims?"""
+    return (
+        rank is not None
+        and kinds.count("None") == 1
+        and set(kinds) <= {":", "None"}
+        and len(kinds) <= rank
+        and kinds.index("None") - rank == dim
+    )
+
+
+def _contracted_state_dim(
+    s_letters: tuple[str, ...], r_letters: tuple[str, ...], output: tuple[str, ...]
+) -> int | None:
+    """The state's dim (-2 or -1) that an einsum of the state (`s_letters`) and a query
+    (`r_letters`) into `output` contracts, the batch dims kept; None for another einsum."""
+    if len(s_letters) < 2 or len(r_letters) < 1:
+        return None
+    batch = s_letters[:-2]
+    if r_letters[:-1] != batch or output[:-1] != batch:
+        return None
+    contracted = r_letters[-1]
+    if contracted == s_letters[-2] and output[-1] == s_letters[-1]:
+        key = -2
+    elif contracted == s_letters[-1] and output[-1] == s_letters[-2]:
+        key = -1
+    else:
+        return None
+    if contracted in batch or len(set(s_letters)) != len(s_letters):
+        return None
+    return key
+
+
+def _reads_along(term, r: Sym | None, key: int) -> bool:
+    """A state term and a query r, the term's bonus (if any) along the `key` dim."""
+    return term is not None and r is not None and (term[1] is None or term[2] == key)
 
 
 def model_state(name: str) -> str:
