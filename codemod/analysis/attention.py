@@ -239,7 +239,8 @@ class Attentions:
         attention = self._partial = Attention()
         self._finfo.clear()
         chain = _Chain(self, statements, index, attention)
-        weights = self._undropped_weights(chain.expand(self._weights(product, attention, swapped)), chain, attention)
+        weights = chain.expand(self._weights(product, attention, swapped))
+        weights = self._undropped_weights(weights, chain, attention)
         softmax = self._softmax_input(weights)
         if softmax is None:
             if self._mentions_softmax(weights, chain):
