@@ -239,30 +239,8 @@ class Attentions:
         attention = self._partial = Attention()
         self._finfo.clear()
         chain = _Chain(self, statements, index, attention)
-        weights, attention.v, attention.out_spec = self._product(product)
-        if swapped:
-            spec = attention.out_spec
-            weights, attention.v = attention.v, weights
-            attention.out_spec = Spec((spec.inputs[1], spec.inputs[0]), spec.output)
-        attention.v_argument = 1 if swapped else -1
-        weights = chain.expand(weights)
-        while True:  # casts and dropout on the weights
-            cast = self._cast_input(weights)
-            if cast is not None:
-                weights = chain.expand(cast)
-                continue
-            dropped = self._dropout_input(weights)
-            if dropped is not None:
-                if attention.dropout is not None:
-                    raise NotAttention("two dropouts on the weights")
-                attention.dropout = self._dropout_p(weights)
-                if self.context.names.is_(weights.func, *FUNCTIONAL_DROPOUTS):
-                    attention.origins += [a.value for a in weights.args if a.value is not dropped]
-                else:
-                    attention.origins.append(weights.func)
-                weights = chain.expand(dropped)
-                continue
-            break
+        weights = chain.expand(self._weights(product, attention, swapped))
+        weights = self._undropped_weights(weights, chain, attention)
         softmax = self._softmax_input(weights)
         if softmax is None:
             if self._mentions_softmax(weights, chain):
@@ -272,7 +250,55 @@ class Attentions:
         if chain.opaque(scores):
             return None  # a softmax of a value the rule cannot read: not shown to be over q @ k^T
         chain.strict = True
-        scores = chain.expand(scores)
+        scores, masks = self._unmasked_scores(chain.expand(scores), chain)
+        self._strict = True
+        try:
+            if not self._scores(scores, attention, chain):
+                return None  # a softmax over something other than q @ k^T
+        finally:
+            self._strict = False
+        if dim is None or not self._last_dim(dim, attention):
+            raise NotAttention("softmax is not provably over the keys (the last dim)")
+        self._record_masks(masks, attention)
+        self._layout(attention)
+        attention.ignored = list(self._finfo)
+        self._finfo.clear()
+        chain.check(product)
+        return attention
+
+    def _weights(self, product, attention: Attention, swapped: bool):
+        """The weights operand of `product`, with v and the product's einsum recorded
+        (`swapped`: `einsum(spec, v, weights)`)."""
+        weights, attention.v, attention.out_spec = self._product(product)
+        if swapped:
+            spec = attention.out_spec
+            weights, attention.v = attention.v, weights
+            attention.out_spec = Spec((spec.inputs[1], spec.inputs[0]), spec.output)
+        attention.v_argument = 1 if swapped else -1
+        return weights
+
+    def _undropped_weights(self, weights, chain, attention: Attention):
+        """The weights under their casts and their dropout (recorded as SDPA's dropout_p)."""
+        while True:
+            cast = self._cast_input(weights)
+            if cast is not None:
+                weights = chain.expand(cast)
+                continue
+            dropped = self._dropout_input(weights)
+            if dropped is None:
+                return weights
+            if attention.dropout is not None:
+                raise NotAttention("two dropouts on the weights")
+            attention.dropout = self._dropout_p(weights)
+            if self.context.names.is_(weights.func, *FUNCTIONAL_DROPOUTS):
+                attention.origins += [a.value for a in weights.args if a.value is not dropped]
+            else:
+                attention.origins.append(weights.func)
+            weights = chain.expand(dropped)
+
+    def _unmasked_scores(self, scores, chain):
+        """(the scores under the softmax's upcasts, masks and a scale applied around the
+        masks, the masks from the outermost in)."""
         while self._upcast_input(scores) is not None:
             scores = chain.expand(self._upcast_input(scores))
         masks = []
@@ -288,34 +314,24 @@ class Attentions:
                 scores = chain.expand(self._upcast_input(scores))
                 continue
             scaled = self._scaled_masks(scores, chain) if masks == [] and outer_scale is None else None
-            if scaled is not None:
-                outer_scale, scores = scaled
-                scores = chain.expand(scores)
-                continue
-            break
+            if scaled is None:
+                break
+            outer_scale, scores = scaled
+            scores = chain.expand(scores)
         if outer_scale is not None:
             if not masks or masks[0].kind == "add":
                 raise NotAttention("a scale applied after an additive mask")
             scores = _Scaled(scores, *outer_scale)
-        self._strict = True
-        try:
-            if not self._scores(scores, attention, chain):
-                return None  # a softmax over something other than q @ k^T
-        finally:
-            self._strict = False
-        if dim is None or not self._last_dim(dim, attention):
-            raise NotAttention("softmax is not provably over the keys (the last dim)")
+        return scores, masks
+
+    def _record_masks(self, masks: list, attention: Attention) -> None:
+        """The masks as SDPA's mask (or causal), their code among the chain's origins."""
         for mask in masks:
             attention.origins += [n for n in (mask.condition, mask.optional) if n is not None]
         if len(masks) == 1:
             self._mask(masks[0], attention)
         elif masks:
             self._masks(masks, attention)
-        self._layout(attention)
-        attention.ignored = list(self._finfo)
-        self._finfo.clear()
-        chain.check(product)
-        return attention
 
     def _mentions_softmax(self, expr, chain, depth: int = 0) -> bool:
         """Is a softmax of scores among the values `expr` is computed from (through names,
@@ -1127,56 +1143,71 @@ class _Chain:
         else; nothing the chain moves down to the product is changed by the lines it skips."""
         context = self.reader.context
         attention = self.attention
-        statement = context.index.statement_of(product)
-        chain = [self.statements[i] for i in attention.consumed] + [statement]
+        chain = [self.statements[i] for i in attention.consumed] + [context.index.statement_of(product)]
         moved = [node for node in attention.origins if node in context.index]
         links = set(attention.links)
         for expr in moved:
             if expr is not None and read_names(context, expr) & links:
                 raise NotAttention(f"`{context.source(expr)}` reads an intermediate of the attention")
         for j in attention.skipped:
-            skipped = self.statements[j]
-            bound_here = (
-                set().union(*(_bound_names(small) for small in skipped.body))
-                if isinstance(skipped, cst.SimpleStatementLine)
-                else context.bound_in(skipped)
-            )
-            for expr in moved:
-                if self._position(expr) > j:
-                    continue  # read after this statement: what it binds is what the chain read
-                reads_here = read_names(context, expr)
-                code = context.source(expr)
-                for bound in bound_here:
-                    if bound in reads_here or ("." in bound or "[" in bound) and bound in code:
-                        raise NotAttention(
-                            f"line {context.line(skipped)} assigns `{bound}` between the attention's statements"
-                        )
-            for bound in bound_here & links:
-                raise NotAttention(f"line {context.line(skipped)} assigns `{bound}` between the attention's statements")
-        kinds = context.kinds
+            self._check_skipped(j, moved, links)
         for name in sorted(links):
-            # The reads of the intermediate values (a name the product's statement binds
-            # again holds the output from there on).
-            intermediate_reads = [
-                read
-                for consumed in chain[:-1]
-                for binding in kinds.bindings_in(consumed, name)
-                for read in kinds.reached_reads(binding)
-            ]
-            for read in sorted(intermediate_reads, key=context.index.order):  # the first read is reported
-                if not any(context.inside(read, s) for s in chain):
+            self._check_weights_not_read_elsewhere(name, chain)
+        self._check_links_read_once(chain, links)
+
+    def _check_skipped(self, j: int, moved: list, links: set[str]) -> None:
+        """The statement the chain skips at `j` binds nothing the chain moves down to the
+        product reads, nor an intermediate."""
+        context = self.reader.context
+        skipped = self.statements[j]
+        bound_here = (
+            set().union(*(_bound_names(small) for small in skipped.body))
+            if isinstance(skipped, cst.SimpleStatementLine)
+            else context.bound_in(skipped)
+        )
+        for expr in moved:
+            if self._position(expr) > j:
+                continue  # read after this statement: what it binds is what the chain read
+            reads_here = read_names(context, expr)
+            code = context.source(expr)
+            for bound in bound_here:
+                if bound in reads_here or ("." in bound or "[" in bound) and bound in code:
                     raise NotAttention(
-                        f"the attention weights `{name}` are also read on line {context.line(read)} "
-                        "(SDPA does not return them)"
+                        f"line {context.line(skipped)} assigns `{bound}` between the attention's statements"
                     )
-        ignored = attention.ignored
+        for bound in bound_here & links:
+            raise NotAttention(f"line {context.line(skipped)} assigns `{bound}` between the attention's statements")
+
+    def _check_weights_not_read_elsewhere(self, name: str, chain: list) -> None:
+        """The intermediate `name` is read by the chain's statements only (a name the
+        product's statement binds again holds the output from there on)."""
+        context = self.reader.context
+        kinds = context.kinds
+        intermediate_reads = [
+            read
+            for consumed in chain[:-1]
+            for binding in kinds.bindings_in(consumed, name)
+            for read in kinds.reached_reads(binding)
+        ]
+        for read in sorted(intermediate_reads, key=context.index.order):  # the first read is reported
+            if not any(context.inside(read, s) for s in chain):
+                raise NotAttention(
+                    f"the attention weights `{name}` are also read on line {context.line(read)} "
+                    "(SDPA does not return them)"
+                )
+
+    def _check_links_read_once(self, chain: list, links: set[str]) -> None:
+        """The chain's statements read each intermediate once (the reads the chain
+        ignores aside)."""
+        context = self.reader.context
+        ignored = self.attention.ignored
         over = [
             n
             for s in chain
             for n in reads(context, s)
             if n.value in links and not any(context.inside(n, i) for i in ignored)
         ]
-        if len(over) != len(attention.links):
+        if len(over) != len(self.attention.links):
             extra = over[-1]
             raise NotAttention(
                 f"`{extra.value}` is read again on line {context.line(extra)}: SDPA does not return "
@@ -1198,69 +1229,88 @@ class _MaskReader:
         if depth > 8 or expr is None:
             return None
         expr = expr.with_changes(lpar=[], rpar=[]) if hasattr(expr, "lpar") and expr.lpar else expr
-        names = self.context.names
-        if isinstance(expr, cst.Name):
-            value = self.reader.layouts.value_of(expr) if expr in self.context.index else None
-            return self.read(value, depth + 1) if value is not None else None
-        if isinstance(expr, cst.Attribute):
-            values = self.reader.context.kinds.attribute_values(expr)
-            if not values:
-                return None
-            meanings = {self.read(v, depth + 1) for v in values}
-            return meanings.pop() if len(meanings) == 1 else None
-        if isinstance(expr, cst.Subscript):
-            return self.read(expr.value, depth + 1) if _top_left_square(expr, self.context) else None
-        if isinstance(expr, cst.Comparison) and len(expr.comparisons) == 1:
-            target = expr.comparisons[0]
-            inner = self.read(expr.left, depth + 1)
-            value = _literal_float(target.comparator)
-            if (
-                target.comparator is not None
-                and isinstance(target.comparator, cst.Name)
-                and target.comparator.value in ("False", "True")
-            ):
-                value = 1.0 if target.comparator.value == "True" else 0.0
-            if inner not in ("lower", "upper") or value not in (0.0, 1.0):
-                return None
-            if isinstance(target.operator, cst.Equal):
-                return inner if value == 1.0 else _flip(inner)
-            if isinstance(target.operator, cst.NotEqual):
-                return _flip(inner) if value == 1.0 else inner
+        reader = self._READERS.get(type(expr))
+        return reader(self, expr, depth) if reader is not None else None
+
+    def _read_name(self, expr: cst.Name, depth: int):
+        value = self.reader.layouts.value_of(expr) if expr in self.context.index else None
+        return self.read(value, depth + 1) if value is not None else None
+
+    def _read_attribute(self, expr: cst.Attribute, depth: int):
+        """A self attribute or registered buffer: the one meaning of all its values."""
+        values = self.reader.context.kinds.attribute_values(expr)
+        if not values:
             return None
-        if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, cst.BitInvert):
-            return _flip(self.read(expr.expression, depth + 1))
-        if isinstance(expr, cst.Call):
-            func = expr.func
-            qualified = names.of(func) if is_dotted_name(func) else set()
-            if isinstance(func, cst.Attribute) and not qualified:
-                method = func.attr.value
-                receiver = func.value
-                if method in MASK_KEEPING_METHODS and (
-                    method not in ("view", "reshape", "expand")
-                    or all(integer_value(a.value) == 1 for a in expr.args[:-2])
-                ):
-                    return self.read(receiver, depth + 1)
-                if method == "logical_not" and not expr.args:
-                    return _flip(self.read(receiver, depth + 1))
-                if method in ("tril", "triu"):
-                    return self._triangle(method, receiver, expr.args[0].value if expr.args else None)
-                if method == "masked_fill" and len(expr.args) == 2:
-                    return self._additive(receiver, expr.args[0].value, expr.args[1].value, depth)
-            if qualified & {"torch.tril", "torch.triu"} and expr.args:
-                diagonal = positional(expr, 1) or kwarg(expr, "diagonal")
-                return self._triangle(
-                    next(iter(qualified)).rsplit(".", 1)[1],
-                    expr.args[0].value,
-                    diagonal.value if diagonal is not None else None,
-                )
-            if qualified & {"torch.logical_not"} and expr.args:
-                return _flip(self.read(expr.args[0].value, depth + 1))
-            function = self.context.bindings.local_function(func) if isinstance(func, cst.Name) else None
-            if function is not None:
-                values = returned_values(function)
-                if len(values) == 1:
-                    return self.read(values[0], depth + 1)
+        meanings = {self.read(v, depth + 1) for v in values}
+        return meanings.pop() if len(meanings) == 1 else None
+
+    def _read_subscript(self, expr: cst.Subscript, depth: int):
+        return self.read(expr.value, depth + 1) if _top_left_square(expr, self.context) else None
+
+    def _read_comparison(self, expr: cst.Comparison, depth: int):
+        """`m == 0`, `m != 1`, `m == True`: a mask or its flip."""
+        if len(expr.comparisons) != 1:
+            return None
+        target = expr.comparisons[0]
+        inner = self.read(expr.left, depth + 1)
+        value = _compared_number(target.comparator)
+        if inner not in ("lower", "upper") or value not in (0.0, 1.0):
+            return None
+        if isinstance(target.operator, cst.Equal):
+            return inner if value == 1.0 else _flip(inner)
+        if isinstance(target.operator, cst.NotEqual):
+            return _flip(inner) if value == 1.0 else inner
         return None
+
+    def _read_unary(self, expr: cst.UnaryOperation, depth: int):
+        if isinstance(expr.operator, cst.BitInvert):
+            return _flip(self.read(expr.expression, depth + 1))
+        return None
+
+    def _read_call(self, expr: cst.Call, depth: int):
+        func = expr.func
+        qualified = self.context.names.of(func) if is_dotted_name(func) else set()
+        if isinstance(func, cst.Attribute) and not qualified:
+            return self._read_method(expr, func.attr.value, func.value, depth)
+        if qualified & {"torch.tril", "torch.triu"} and expr.args:
+            diagonal = positional(expr, 1) or kwarg(expr, "diagonal")
+            return self._triangle(
+                next(iter(qualified)).rsplit(".", 1)[1],
+                expr.args[0].value,
+                diagonal.value if diagonal is not None else None,
+            )
+        if qualified & {"torch.logical_not"} and expr.args:
+            return _flip(self.read(expr.args[0].value, depth + 1))
+        function = self.context.bindings.local_function(func) if isinstance(func, cst.Name) else None
+        if function is not None:
+            values = returned_values(function)
+            if len(values) == 1:
+                return self.read(values[0], depth + 1)
+        return None
+
+    def _read_method(self, expr: cst.Call, method: str, receiver, depth: int):
+        """A method of a mask: one that keeps its meaning (a cast, a view adding only
+        leading dims of 1), `logical_not`, `tril` / `triu`, `masked_fill`."""
+        if method in MASK_KEEPING_METHODS and (
+            method not in ("view", "reshape", "expand") or all(integer_value(a.value) == 1 for a in expr.args[:-2])
+        ):
+            return self.read(receiver, depth + 1)
+        if method == "logical_not" and not expr.args:
+            return _flip(self.read(receiver, depth + 1))
+        if method in ("tril", "triu"):
+            return self._triangle(method, receiver, expr.args[0].value if expr.args else None)
+        if method == "masked_fill" and len(expr.args) == 2:
+            return self._additive(receiver, expr.args[0].value, expr.args[1].value, depth)
+        return None
+
+    _READERS = {
+        cst.Name: _read_name,
+        cst.Attribute: _read_attribute,
+        cst.Subscript: _read_subscript,
+        cst.Comparison: _read_comparison,
+        cst.UnaryOperation: _read_unary,
+        cst.Call: _read_call,
+    }
 
     def _triangle(self, which: str, base, diagonal) -> str | None:
         offset = integer_value(diagonal) if diagonal is not None else 0
@@ -1299,6 +1349,13 @@ class _MaskReader:
         if self.reader._fill(value) != "-inf":
             return None
         return "additive" if self.read(condition, depth + 1) == "upper" else None
+
+
+def _compared_number(comparator) -> float | None:
+    """The number a mask is compared with: a literal, or 1.0 / 0.0 for `True` / `False`."""
+    if isinstance(comparator, cst.Name) and comparator.value in ("False", "True"):
+        return 1.0 if comparator.value == "True" else 0.0
+    return _literal_float(comparator)
 
 
 def _flip(meaning):

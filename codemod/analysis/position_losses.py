@@ -482,18 +482,8 @@ class PositionLosses:
         statements = _simple_body(node) if loop.var is not None else None
         if statements is None:
             raise NotBatched("the loop does more than add one loss per position")
-        count = len(statements)
-        while count > 1 and added(statements[count - 2]) is not None:
-            count -= 1  # several sums, one after another (`kd += ...; ce += ...`): each on its own
-        setup, sums = statements[: count - 1], statements[count - 1 :]
-        temporaries: dict[str, cst.Assign] = {}
-        for assign in setup:
-            if not m.matches(assign, m.Assign(targets=[m.AssignTarget(target=m.Name())])):
-                raise NotBatched("the loop does more than add one loss per position")
-            name = assign.targets[0].target.value
-            if name in temporaries or name == loop.var:
-                raise NotBatched(f"`{name}` is bound more than once in the loop")
-            temporaries[name] = assign
+        setup, sums = _setup_and_sums(statements)
+        temporaries = _summed_temporaries(setup, loop.var)
         found = [added(statement) for statement in sums]
         if None in found:
             raise NotBatched("the loop does more than add one loss per position")
@@ -501,17 +491,7 @@ class PositionLosses:
         if len(set(accumulators)) != len(accumulators):
             raise NotBatched(f"`{accumulators[0]}` is added to more than once in the loop")
         for _, value in found:
-            term = value
-            for _ in range(len(temporaries) + 1):  # names assigned from names assigned before them
-                read = [n.value for n in names_read(term) if n.value in temporaries]
-                if not read:
-                    break
-                if any(read.count(name) != 1 for name in read):
-                    raise NotBatched(f"`{read[0]}` is read more than once by the loss")
-                term = _inline(term, temporaries)
-            else:
-                raise NotBatched("the names the loop assigns depend on each other")
-            carried = [n.value for n in names_read(term) if n.value in accumulators]
+            carried = [n.value for n in names_read(_inlined_term(value, temporaries)) if n.value in accumulators]
             if carried:
                 raise NotBatched(f"each term reads `{carried[0]}`")
         unused = [name for name in temporaries if not any(_reaches(name, value, temporaries) for _, value in found)]
@@ -519,15 +499,56 @@ class PositionLosses:
             raise NotBatched(f"`{unused[0]}` is assigned in the loop but read by none of its losses")
         self._not_read_after(node, [*(a.targets[0].target for a in temporaries.values()), node.target])
         values = {name: assign.value for name, assign in temporaries.items()}
-        terms = []
-        for statement, (accumulator, value) in zip(sums, found):
-            batched = _Batched(self, loop, values)
-            text = batched.total(value)
-            terms.append(
-                LoopTerm(statement, accumulator, value, False, temporaries, batched=text, imports=batched.imports)
-            )
+        terms = [
+            self._summed_term(statement, accumulator, value, loop, temporaries, values)
+            for statement, (accumulator, value) in zip(sums, found)
+        ]
         terms[0].others = terms[1:]
         return terms[0]
+
+    def _summed_term(
+        self, statement, accumulator: cst.Name, value, loop: PositionLoop, temporaries, values
+    ) -> LoopTerm:
+        """The LoopTerm of one `acc += value`, with its sum over all the positions."""
+        batched = _Batched(self, loop, values)
+        text = batched.total(value)
+        return LoopTerm(statement, accumulator, value, False, temporaries, batched=text, imports=batched.imports)
+
+
+def _setup_and_sums(statements: list[cst.BaseSmallStatement]) -> tuple[list, list]:
+    """The loop body's assignments before its sums, and the sums: the last statement, and
+    the ones before it that add too (`kd += ...; ce += ...`, each on its own)."""
+    count = len(statements)
+    while count > 1 and added(statements[count - 2]) is not None:
+        count -= 1
+    return statements[: count - 1], statements[count - 1 :]
+
+
+def _summed_temporaries(setup: list[cst.BaseSmallStatement], var: str) -> dict[str, cst.Assign]:
+    """The names the loop assigns before its sums (each once, none the loop variable)."""
+    temporaries: dict[str, cst.Assign] = {}
+    for assign in setup:
+        if not m.matches(assign, m.Assign(targets=[m.AssignTarget(target=m.Name())])):
+            raise NotBatched("the loop does more than add one loss per position")
+        name = assign.targets[0].target.value
+        if name in temporaries or name == var:
+            raise NotBatched(f"`{name}` is bound more than once in the loop")
+        temporaries[name] = assign
+    return temporaries
+
+
+def _inlined_term(value: cst.BaseExpression, temporaries: dict[str, cst.Assign]) -> cst.BaseExpression:
+    """`value` with the temporaries it reads written out, through those they read in turn;
+    each may be read once only."""
+    term = value
+    for _ in range(len(temporaries) + 1):  # names assigned from names assigned before them
+        read = [n.value for n in names_read(term) if n.value in temporaries]
+        if not read:
+            return term
+        if any(read.count(name) != 1 for name in read):
+            raise NotBatched(f"`{read[0]}` is read more than once by the loss")
+        term = _inline(term, temporaries)
+    raise NotBatched("the names the loop assigns depend on each other")
 
 
 def _simple_body(node: cst.For) -> list[cst.BaseSmallStatement] | None:
@@ -775,9 +796,7 @@ class _Batched:
         return bool(names) and all(n.startswith("torch.") and n.rsplit(".", 1)[1] in DTYPE_NAMES for n in names)
 
     def _pointwise_call(self, call: cst.Call) -> None:
-        names = self.context.names.of(call.func)
-        args = list(call.args)
-        if any(a.star for a in args):
+        if any(a.star for a in call.args):
             raise NotBatched(f"`{self.code(call)}` unpacks its arguments")
         loss = self.owner.losses_of.arguments(call)
         if loss is not None:
@@ -785,33 +804,42 @@ class _Batched:
             if loss.reduction != "none":
                 raise NotBatched("a reduced loss inside what each position adds")
             return
+        operands = self._pointwise_operands(call)
+        if operands is None:
+            raise NotBatched(f"`{self.code(call)}` is not computed position by position")
+        for operand in operands:
+            self._pointwise(operand)
+
+    def _pointwise_operands(self, call: cst.Call) -> list[cst.BaseExpression] | None:
+        """What a call computes from position by position: the operands of a pointwise
+        function or method, or of an op along a dim counted from the end; None for another call."""
+        names = self.context.names.of(call.func)
+        args = list(call.args)
         if names & POINTWISE_FUNCTIONS:
-            for arg in args:
-                self._pointwise(arg.value)
-            return
+            return [arg.value for arg in args]
         method = isinstance(call.func, cst.Attribute) and not (names and any(n.startswith("torch.") for n in names))
         if method and call.func.attr.value in POINTWISE_METHODS:
-            self._pointwise(call.func.value)
-            for arg in args:
-                self._pointwise(arg.value)
-            return
-        along = names & ALONG_DIM_FUNCTIONS
-        if along or method and call.func.attr.value in ALONG_DIM_METHODS:
-            tensor = call.func.value if not along else (args[0].value if args and args[0].keyword is None else None)
-            rest = args if not along else args[1:]
-            dims = [a.value for a in rest if a.keyword is None or a.keyword.value == "dim"]
-            others = [a for a in rest if a.keyword is not None and a.keyword.value != "dim"]
-            dim = integer_value(dims[0]) if len(dims) == 1 else None
-            if tensor is None or dim is None or dim >= 0 or any(a.keyword.value != "dtype" for a in others):
-                raise NotBatched(
-                    f"`{self.code(call)}` is not taken along a dim counted from the end (`dim=-1`), "
-                    "which all the positions at once would keep"
-                )
-            self._pointwise(tensor)
-            for arg in others:
-                self._pointwise(arg.value)
-            return
-        raise NotBatched(f"`{self.code(call)}` is not computed position by position")
+            return [call.func.value, *(arg.value for arg in args)]
+        if names & ALONG_DIM_FUNCTIONS:
+            tensor = args[0].value if args and args[0].keyword is None else None
+            return self._along_last_dims(call, tensor, args[1:])
+        if method and call.func.attr.value in ALONG_DIM_METHODS:
+            return self._along_last_dims(call, call.func.value, args)
+        return None
+
+    def _along_last_dims(self, call: cst.Call, tensor: cst.BaseExpression | None, rest) -> list[cst.BaseExpression]:
+        """The operands of an op along one dim (`x.softmax(-1)`): the tensor and the keyword
+        arguments beside the dim (a `dtype`), where the dim is counted from the end, which
+        all the positions at once keep."""
+        dims = [a.value for a in rest if a.keyword is None or a.keyword.value == "dim"]
+        others = [a for a in rest if a.keyword is not None and a.keyword.value != "dim"]
+        dim = integer_value(dims[0]) if len(dims) == 1 else None
+        if tensor is None or dim is None or dim >= 0 or any(a.keyword.value != "dtype" for a in others):
+            raise NotBatched(
+                f"`{self.code(call)}` is not taken along a dim counted from the end (`dim=-1`), "
+                "which all the positions at once would keep"
+            )
+        return [tensor, *(arg.value for arg in others)]
 
     def _align(self) -> None:
         """Every slice of the term as the same positions in the same order: slices where all

@@ -92,45 +92,55 @@ class PositionSlices:
     ) -> str | None:
         """`base[:, p]` for every position p = sign * t + offset of `t` in `range(start, stop)`,
         as one slice in ascending order, or None where no slice is shown to be those."""
-        code = cst.Module([]).code_for_node
-        base = code(base_node)
-        lead = ":, " * dim
+        base = cst.Module([]).code_for_node(base_node)
         if sign == 1 and offset == 0 and (start is None or is_zero(start)) and self.is_length(stop, base_node, dim):
             return base  # every position
         if sign == -1:
-            # -t for t in range(1, K + 1) (or range(1, S)): positions -K ... -1
-            if offset != 0 or start is None or not _is_integer(start, 1):
-                return None
-            count, count_node = _minus_one(stop)
-            if (count_node is not None and self.positive(count_node)) or (integer_value(stop) or 0) >= 2:
-                return f"{base}[{lead}-{wrapped(count)}:]"
-            return f"{base}[{lead}{base}.size({dim}) - {wrapped(count)}:]"
+            return self._negated_positions(base, offset, start, stop, dim)
         if isinstance(offset, cst.BaseExpression) and _is_negated_stop(offset, stop):
-            # t - K (or -K + t) for t in range(s, K): positions s - K ... -1
-            first = integer_value(start) if start is not None else 0
-            if first is None:
-                return None
-            count = self.count(start, stop)
-            length = code(stop)
-            if count is not None and count >= 1:
-                return (
-                    f"{base}[{lead}-{wrapped(length)}:]"
-                    if first == 0
-                    else f"{base}[{lead}{first} - {wrapped(length)}:]"
-                )
-            # K may be 0 (or no more than s): the loop adds nothing, while `[-0:]` is every position
-            return f"{base}[{lead}{base}.size({dim}) - {wrapped(length)}{f' + {first}' if first else ''}:]"
+            return self._positions_to_end(base, start, stop, dim)
+        return self._shifted_positions(base, offset, start, stop, dim)
+
+    def _negated_positions(self, base: str, offset, start, stop, dim: int) -> str | None:
+        """-t for t in range(1, K + 1) (or range(1, S)): positions -K ... -1."""
+        if offset != 0 or start is None or not _is_integer(start, 1):
+            return None
+        lead = ":, " * dim
+        count, count_node = _minus_one(stop)
+        if (count_node is not None and self.positive(count_node)) or (integer_value(stop) or 0) >= 2:
+            return f"{base}[{lead}-{wrapped(count)}:]"
+        return f"{base}[{lead}{base}.size({dim}) - {wrapped(count)}:]"
+
+    def _positions_to_end(self, base: str, start, stop, dim: int) -> str | None:
+        """t - K (or -K + t) for t in range(s, K): positions s - K ... -1."""
+        first = integer_value(start) if start is not None else 0
+        if first is None:
+            return None
+        lead = ":, " * dim
+        length = wrapped(cst.Module([]).code_for_node(stop))
+        count = self.count(start, stop)
+        if count is not None and count >= 1:
+            return f"{base}[{lead}-{length}:]" if first == 0 else f"{base}[{lead}{first} - {length}:]"
+        # K may be 0 (or no more than s): the loop adds nothing, while `[-0:]` is every position
+        return f"{base}[{lead}{base}.size({dim}) - {length}{f' + {first}' if first else ''}:]"
+
+    def _shifted_positions(self, base: str, offset, start, stop, dim: int) -> str | None:
+        """t + offset for t in range(start, stop): `base[:, start + offset:stop + offset]`,
+        when its first position is shown not to be negative."""
         lower = _add(start, offset)
         upper = _add(stop, offset)
         if lower is None or upper is None:
             return None
         lower_text, lower_value = lower
-        if lower_value is not None:
-            if lower_value < 0:
-                return None
-        elif not (self.non_negative(start) and (isinstance(offset, int) and offset >= 0 or self.non_negative(offset))):
+        if lower_value is None:
+            first_non_negative = self.non_negative(start) and (
+                isinstance(offset, int) and offset >= 0 or self.non_negative(offset)
+            )
+        else:
+            first_non_negative = lower_value >= 0
+        if not first_non_negative:
             return None
-        return f"{base}[{lead}{'' if lower_text == '0' else lower_text}:{upper[0]}]"
+        return f"{base}[{':, ' * dim}{'' if lower_text == '0' else lower_text}:{upper[0]}]"
 
     def gathered(
         self,

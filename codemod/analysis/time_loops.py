@@ -391,9 +391,8 @@ class LoopReader:
             if not self._bound_before(name, loop):
                 raise Unsupported(f"`{name}` is read before it is assigned in the loop and not bound before it")
             self.env[name] = Prev(plus(self.layouts.rank(tensor), -1), name)
-        lists = self._collected_lists(statements, loop)
         for statement in statements:
-            self._statement(statement, result, states, lists)
+            self._statement(statement, result, states)
         for state in result.states.values():
             split = affine(state.update, state.name)
             if split is None:
@@ -493,104 +492,75 @@ class LoopReader:
             for binding in kinds.reaching(read)
         )
 
-    def _collected_lists(self, statements, loop) -> dict[str, cst.CSTNode]:
-        """Lists the loop appends to: name -> the append call."""
-        found = {}
-        for statement in statements:
-            if (
-                isinstance(statement, cst.Expr)
-                and isinstance(statement.value, cst.Call)
-                and isinstance(statement.value.func, cst.Attribute)
-                and statement.value.func.attr.value == "append"
-                and isinstance(statement.value.func.value, cst.Name)
-            ):
-                found[statement.value.func.value.value] = statement
-        return found
-
-    def _statement(self, statement, result: TimeLoop, states: set[str], lists) -> None:
+    def _statement(self, statement, result: TimeLoop, states: set[str]) -> None:
         if isinstance(statement, cst.Assign):
-            if len(statement.targets) != 1:
-                raise Unsupported("a chained assignment in the loop")
-            target = statement.targets[0].target
-            if (
-                isinstance(target, (cst.Tuple, cst.List))
-                and isinstance(statement.value, (cst.Tuple, cst.List))
-                and len(target.elements) == len(statement.value.elements)
-                and all(isinstance(e.value, cst.Name) for e in target.elements)
-                and not any(isinstance(e, cst.StarredElement) for e in (*target.elements, *statement.value.elements))
-            ):
-                values = [self.sym(e.value) for e in statement.value.elements]  # all read before any is bound
-                for element, value in zip(target.elements, values):
-                    if element.value.value in states:
-                        raise Unsupported(f"the state `{element.value.value}` is assigned in a tuple")
-                    self.env[element.value.value] = value
-                return
-            if isinstance(target, cst.Name):
-                value = self.sym(statement.value)
-                if target.value in states:
-                    result.states[target.value] = State(target.value, value, statement=statement)
-                    prev = self.env[target.value]
-                    self.env[target.value] = New(prev.rank if prev.rank is not None else value.rank, target.value)
-                else:
-                    self.env[target.value] = value
-                return
-            if isinstance(target, cst.Subscript):
-                slot = self._slot(target)
-                if slot is None:
-                    raise Unsupported(f"the loop writes `{self.code(target)}`, not a slot of a tensor at the step")
-                name, dim = slot
-                value = self.sym(statement.value)
-                if name in self.slot_states:
-                    if name in result.states:
-                        raise Unsupported(f"the state `{name}` is written more than once in a step")
-                    initial = self.slot_states[name][2]
-                    result.states[name] = State(name, value, statement=statement, initial=initial)
-                    value = New(self.env[name].rank, name)
-                result.outputs.append(Output("slot", name, value, statement, target, dim))
-                return
+            self._assign(statement, result, states)
+        elif isinstance(statement, cst.AugAssign) and isinstance(statement.target, cst.Name):
+            self._augmented_assign(statement, result, states)
+        elif _appended_value(statement) is not None:
+            self._append(statement, result)
+        else:
+            raise Unsupported(f"the loop body runs `{self.code(statement)}`")
+
+    def _assign(self, statement: cst.Assign, result: TimeLoop, states: set[str]) -> None:
+        if len(statement.targets) != 1:
+            raise Unsupported("a chained assignment in the loop")
+        target = statement.targets[0].target
+        if _unpacks_names(target, statement.value):
+            values = [self.sym(e.value) for e in statement.value.elements]  # all read before any is bound
+            for element, value in zip(target.elements, values):
+                if element.value.value in states:
+                    raise Unsupported(f"the state `{element.value.value}` is assigned in a tuple")
+                self.env[element.value.value] = value
+        elif isinstance(target, cst.Name):
+            self._bind(target.value, self.sym(statement.value), statement, result, states)
+        elif isinstance(target, cst.Subscript):
+            self._slot_write(target, statement, result)
+        else:
             raise Unsupported(f"the loop assigns `{self.code(target)}`")
-        if isinstance(statement, cst.AugAssign) and isinstance(statement.target, cst.Name):
-            operator = {
-                cst.AddAssign: cst.Add,
-                cst.SubtractAssign: cst.Subtract,
-                cst.MultiplyAssign: cst.Multiply,
-                cst.DivideAssign: cst.Divide,
-            }.get(type(statement.operator))
-            if operator is None:
-                raise Unsupported(f"`{self.code(statement)}` in the loop")
-            name = statement.target.value
-            node = cst.BinaryOperation(cst.Name(name), operator(), atom(statement.value))
-            left = self.env.get(name) or self.sym(statement.target)
-            value = Op(
-                None,
-                {cst.Add: "add", cst.Subtract: "sub", cst.Multiply: "mul", cst.Divide: "div"}[operator],
-                (left, self.sym(statement.value)),
-                (),
-                node,
-            )
-            value = Op(_broadcast_rank(value.args), value.op, value.args, (), node)
-            if name in states:
-                result.states[name] = State(name, value, statement=statement)
-                prev = self.env[name]
-                self.env[name] = New(prev.rank if prev.rank is not None else value.rank, name)
-            else:
-                self.env[name] = value
+
+    def _augmented_assign(self, statement: cst.AugAssign, result: TimeLoop, states: set[str]) -> None:
+        """`h += x` (`-=`, `*=`, `/=`), read as `h = h + x`."""
+        operation = _AUGMENTED_OPERATIONS.get(type(statement.operator))
+        if operation is None:
+            raise Unsupported(f"`{self.code(statement)}` in the loop")
+        operator, op = operation
+        name = statement.target.value
+        node = cst.BinaryOperation(cst.Name(name), operator(), atom(statement.value))
+        args = (self.env.get(name) or self.sym(statement.target), self.sym(statement.value))
+        self._bind(name, Op(_broadcast_rank(args), op, args, (), node), statement, result, states)
+
+    def _bind(self, name: str, value: Sym, statement, result: TimeLoop, states: set[str]) -> None:
+        """`name = value` in the step: a state's update, read after it as the state's new value."""
+        if name not in states:
+            self.env[name] = value
             return
-        if isinstance(statement, cst.Expr) and isinstance(statement.value, cst.Call):
-            call = statement.value
-            if (
-                isinstance(call.func, cst.Attribute)
-                and call.func.attr.value == "append"
-                and isinstance(call.func.value, cst.Name)
-                and len(call.args) == 1
-                and not call.args[0].keyword
-            ):
-                name = call.func.value.value
-                if any(o.name == name for o in result.outputs):
-                    raise Unsupported(f"`{name}` is appended to twice in a step")
-                result.outputs.append(Output("list", name, self.sym(call.args[0].value), statement))
-                return
-        raise Unsupported(f"the loop body runs `{self.code(statement)}`")
+        result.states[name] = State(name, value, statement=statement)
+        prev = self.env[name]
+        self.env[name] = New(prev.rank if prev.rank is not None else value.rank, name)
+
+    def _slot_write(self, target: cst.Subscript, statement: cst.Assign, result: TimeLoop) -> None:
+        """`out[:, t] = value`: an output written into the step's slot, or the update of a
+        state kept in the slots."""
+        slot = self._slot(target)
+        if slot is None:
+            raise Unsupported(f"the loop writes `{self.code(target)}`, not a slot of a tensor at the step")
+        name, dim = slot
+        value = self.sym(statement.value)
+        if name in self.slot_states:
+            if name in result.states:
+                raise Unsupported(f"the state `{name}` is written more than once in a step")
+            initial = self.slot_states[name][2]
+            result.states[name] = State(name, value, statement=statement, initial=initial)
+            value = New(self.env[name].rank, name)
+        result.outputs.append(Output("slot", name, value, statement, target, dim))
+
+    def _append(self, statement: cst.Expr, result: TimeLoop) -> None:
+        """`outs.append(value)`: an output collected into a list, once a step."""
+        name = statement.value.func.value.value
+        if any(o.name == name for o in result.outputs):
+            raise Unsupported(f"`{name}` is appended to twice in a step")
+        result.outputs.append(Output("list", name, self.sym(_appended_value(statement)), statement))
 
     def _slot(self, target: cst.Subscript) -> tuple[str, int] | None:
         """(name, dim) for `out[:, t] = ...` / `out[t] = ...` (leading full slices, then the step)."""
@@ -770,7 +740,7 @@ class LoopReader:
             raise Unsupported(f"`{self.code(node)}` in the loop")
         left, right = self.sym(node.left), self.sym(node.right)
         if op == "matmul":
-            return Op(_matmul_rank(left.rank, right.rank), op, (left, right), (), node)
+            return _matmul(left, right, node)
         return Op(_broadcast_rank((left, right)), op, (left, right), (), node)
 
     def _subscript(self, node: cst.Subscript) -> Sym:
@@ -864,8 +834,7 @@ class LoopReader:
             other = self.sym(values[0])
             return Op(_broadcast_rank((inner, other)), method, (inner, other), (), node)
         if method in BROADCAST_PRODUCT_METHODS and len(values) == 1:
-            other = self.sym(values[0])
-            return Op(_matmul_rank(inner.rank, other.rank), "matmul", (inner, other), (), node)
+            return _matmul(inner, self.sym(values[0]), node)
         if method in ELEMENTWISE_METHODS:
             self._constant_args(node, receiver)
             if method in ("contiguous", "clone"):
@@ -918,55 +887,117 @@ class LoopReader:
         return Op(rank, "reduce", (inner,), (tuple(dims), keepdim, method, skip_first), node)
 
     def _torch_call(self, node: cst.Call, name: str) -> Sym:
-        short = name.rsplit(".", 1)[1]
         values = [a.value for a in node.args if a.keyword is None]
         if name == "torch.einsum":
-            if not values or not isinstance(values[0], cst.SimpleString) or len(node.args) != len(values):
-                raise Unsupported(f"`{self.code(node)}`: an einsum whose equation is not a string literal")
-            spec = Spec.parse(values[0].evaluated_value)
-            if spec is None or len(spec.inputs) != len(values) - 1:
-                raise Unsupported(f"`{self.code(node)}`: an einsum equation without `->` or with other operands")
-            operands = tuple(self.sym(v) for v in values[1:])
-            for letters, operand in zip(spec.inputs, operands):
-                if "." not in letters and operand.rank is not None and operand.rank != len(letters):
-                    raise Unsupported(f"`{self.code(node)}`: an operand has another rank than its letters")
-            rank = None if spec.has_ellipsis else len(spec.output)
-            return Op(rank, "einsum", operands, (spec,), node)
+            return self._einsum(node, values)
         if name in BROADCAST_PRODUCT_FUNCTIONS and len(values) == 2 and len(node.args) == 2:
-            left, right = self.sym(values[0]), self.sym(values[1])
-            return Op(_matmul_rank(left.rank, right.rank), "matmul", (left, right), (), node)
-        if name == "torch.outer" and len(values) == 2:  # of two vectors: a[:, None] * b[None, :]
-            left, right = self.sym(values[0]), self.sym(values[1])
-            if left.rank not in (1, None) or right.rank not in (1, None):
-                raise Unsupported(f"`{self.code(node)}` of values that are not vectors")
-            left, right = Op(2, "unsqueeze", (left,), (-1,), None), Op(2, "unsqueeze", (right,), (-2,), None)
-            return Op(2, "mul", (left, right), (), None)
+            return _matmul(self.sym(values[0]), self.sym(values[1]), node)
+        if name == "torch.outer" and len(values) == 2:
+            return self._outer_product(node, values)
         if name in ELEMENTWISE_FUNCTIONS and values:
             inner = self.sym(values[0])
             self._constant_args(node, values[0])
             return Op(inner.rank, "map", (inner,), ("arg0",), node)
-        if short in REDUCTIONS and values:
-            inner = self.sym(values[0])
-            return self._reduction(node, inner, short, skip_first=True)
-        if short in ("softmax", "log_softmax") and values:
-            inner = self.sym(values[0])
-            dim_arg = positional(node, 1) or kwarg(node, "dim")
-            dim = integer_value(dim_arg.value) if dim_arg is not None else None
-            if dim is None or len(node.args) != 2:
-                raise Unsupported(f"`{self.code(node)}`")
-            return Op(inner.rank, "dimwise", (inner,), (dim, "arg0"), node)
-        if short == "lerp" and len(values) == 3:
-            return _lerp(self.sym(values[0]), self.sym(values[1]), self.sym(values[2]))
-        if short in ("unsqueeze", "transpose", "squeeze") and values:
-            rest = node.with_changes(
-                func=cst.Attribute(atom(values[0]), cst.Name(short)),
-                args=[a for a in node.args if a.value is not values[0]],
-            )
-            return self._method(rest, short, values[0])
-        raise Unsupported(f"`{self.code(node.func)}` on a step value")
+        short = name.rsplit(".", 1)[1]
+        read = self._TORCH_FUNCTIONS.get(short)
+        if read is None or not values:
+            raise Unsupported(f"`{self.code(node.func)}` on a step value")
+        return read(self, node, short, values)
+
+    def _einsum(self, node: cst.Call, values: list[cst.BaseExpression]) -> Sym:
+        if not values or not isinstance(values[0], cst.SimpleString) or len(node.args) != len(values):
+            raise Unsupported(f"`{self.code(node)}`: an einsum whose equation is not a string literal")
+        spec = Spec.parse(values[0].evaluated_value)
+        if spec is None or len(spec.inputs) != len(values) - 1:
+            raise Unsupported(f"`{self.code(node)}`: an einsum equation without `->` or with other operands")
+        operands = tuple(self.sym(v) for v in values[1:])
+        for letters, operand in zip(spec.inputs, operands):
+            if "." not in letters and operand.rank is not None and operand.rank != len(letters):
+                raise Unsupported(f"`{self.code(node)}`: an operand has another rank than its letters")
+        rank = None if spec.has_ellipsis else len(spec.output)
+        return Op(rank, "einsum", operands, (spec,), node)
+
+    def _outer_product(self, node: cst.Call, values: list[cst.BaseExpression]) -> Sym:
+        """`torch.outer(a, b)` of two vectors: a[:, None] * b[None, :]."""
+        left, right = self.sym(values[0]), self.sym(values[1])
+        if left.rank not in (1, None) or right.rank not in (1, None):
+            raise Unsupported(f"`{self.code(node)}` of values that are not vectors")
+        left, right = Op(2, "unsqueeze", (left,), (-1,), None), Op(2, "unsqueeze", (right,), (-2,), None)
+        return Op(2, "mul", (left, right), (), None)
+
+    def _reduction_function(self, node: cst.Call, short: str, values: list[cst.BaseExpression]) -> Sym:
+        """`torch.sum(x, dim)`: the reduction of its first argument."""
+        return self._reduction(node, self.sym(values[0]), short, skip_first=True)
+
+    def _softmax_function(self, node: cst.Call, short: str, values: list[cst.BaseExpression]) -> Sym:
+        """`torch.softmax(x, dim)` (`log_softmax`): along one dim of its first argument."""
+        inner = self.sym(values[0])
+        dim_arg = positional(node, 1) or kwarg(node, "dim")
+        dim = integer_value(dim_arg.value) if dim_arg is not None else None
+        if dim is None or len(node.args) != 2:
+            raise Unsupported(f"`{self.code(node)}`")
+        return Op(inner.rank, "dimwise", (inner,), (dim, "arg0"), node)
+
+    def _lerp_function(self, node: cst.Call, short: str, values: list[cst.BaseExpression]) -> Sym:
+        if len(values) != 3:
+            raise Unsupported(f"`{self.code(node.func)}` on a step value")
+        return _lerp(self.sym(values[0]), self.sym(values[1]), self.sym(values[2]))
+
+    def _as_method(self, node: cst.Call, short: str, values: list[cst.BaseExpression]) -> Sym:
+        """`torch.unsqueeze(x, d)` read as `x.unsqueeze(d)`."""
+        rest = node.with_changes(
+            func=cst.Attribute(atom(values[0]), cst.Name(short)),
+            args=[a for a in node.args if a.value is not values[0]],
+        )
+        return self._method(rest, short, values[0])
+
+    # torch functions of a step value by their name without the module, beside the
+    # products and elementwise functions
+    _TORCH_FUNCTIONS = {
+        **dict.fromkeys(REDUCTIONS, _reduction_function),
+        "softmax": _softmax_function,
+        "log_softmax": _softmax_function,
+        "lerp": _lerp_function,
+        **dict.fromkeys(("unsqueeze", "transpose", "squeeze"), _as_method),
+    }
 
 
 # -- helpers for reading -------------------------------------------------------------------
+
+
+# `h += x` as `h = h + x`: the operator and the op it reads as
+_AUGMENTED_OPERATIONS = {
+    cst.AddAssign: (cst.Add, "add"),
+    cst.SubtractAssign: (cst.Subtract, "sub"),
+    cst.MultiplyAssign: (cst.Multiply, "mul"),
+    cst.DivideAssign: (cst.Divide, "div"),
+}
+
+
+def _unpacks_names(target: cst.BaseAssignTargetExpression, value: cst.BaseExpression) -> bool:
+    """`a, b = x, y`: names bound, one from each element of a tuple of the same length."""
+    return (
+        isinstance(target, (cst.Tuple, cst.List))
+        and isinstance(value, (cst.Tuple, cst.List))
+        and len(target.elements) == len(value.elements)
+        and all(isinstance(e.value, cst.Name) for e in target.elements)
+        and not any(isinstance(e, cst.StarredElement) for e in (*target.elements, *value.elements))
+    )
+
+
+def _appended_value(statement) -> cst.BaseExpression | None:
+    """`value` of a statement `name.append(value)`, else None."""
+    call = statement.value if isinstance(statement, cst.Expr) else None
+    if (
+        isinstance(call, cst.Call)
+        and isinstance(call.func, cst.Attribute)
+        and call.func.attr.value == "append"
+        and isinstance(call.func.value, cst.Name)
+        and len(call.args) == 1
+        and not call.args[0].keyword
+    ):
+        return call.args[0].value
+    return None
 
 
 def _reversed_range(iterable: cst.BaseExpression, names) -> cst.Call | None:
@@ -1058,6 +1089,10 @@ def _matmul_rank(a: int | None, b: int | None) -> int | None:
     if a == 1 or b == 1:
         return max(a, b) - 1
     return max(a, b)
+
+
+def _matmul(left: Sym, right: Sym, node) -> Sym:
+    return Op(_matmul_rank(left.rank, right.rank), "matmul", (left, right), (), node)
 
 
 def _unsqueeze(inner: Sym, dim: int | None, node, negative: int | None = None) -> Sym:
@@ -1975,82 +2010,96 @@ class TimeLoops:
     def stacked_outputs(self, model: TimeLoop) -> dict[int, Stacked]:
         """For each list output: (init statement, stack call, stack dim, cat) after the checks."""
         loop = model.loop
-        found = {}
         block = self.context.parents.get(loop)
         statements = list(block.body) if isinstance(block, (cst.IndentedBlock, cst.Module)) else []
         index = next((i for i, s in enumerate(statements) if s is loop), None)
         if index is None:
             raise Unsupported("the loop is not in a block of statements")
+        found = {}
         for output in model.outputs:
-            if output.kind == "slot":
-                if output.name in model.states or output.name in read_names(self.context, loop.body) - {output.name}:
-                    pass
-                continue
-            init = None
-            for j in range(index - 1, -1, -1):
-                statement = statements[j]
-                if output.name in read_names(self.context, statement):
-                    raise Unsupported(f"`{output.name}` is used between its creation and the loop")
-                if self._binds(statement, output.name):
-                    init = statement
-                    break
-            if init is None or not (
-                isinstance(init, cst.SimpleStatementLine)
-                and len(init.body) == 1
-                and isinstance(init.body[0], cst.Assign)
-                and isinstance(init.body[0].value, cst.List)
-                and not init.body[0].value.elements
-            ):
-                raise Unsupported(f"`{output.name}` is not made an empty list just before the loop")
-            reads_in_loop = [
-                n
-                for n in self.context.index.find(cst.Name, within=loop.body)
-                if n.value == output.name and not self.context.inside(n, output.statement)
-            ]
-            if reads_in_loop:
-                raise Unsupported(f"`{output.name}` is read in the loop")
-            kinds = self.context.kinds
-            later = sorted(
-                (
-                    read
-                    for binding in kinds.bindings_in(init, output.name)
-                    for read in kinds.reached_reads(binding)
-                    if self.context.index.order(read) > self.context.index.end(loop)
-                ),
-                key=self.context.index.order,
-            )
-            if len(later) != 1:
-                raise Unsupported(f"`{output.name}` is read {'more than once' if later else 'nowhere'} after the loop")
-            stack = self.context.parents.get(self.context.parents.get(later[0]))
-            if not (
-                isinstance(stack, cst.Call)
-                and stack.args
-                and stack.args[0].value is later[0]
-                and self.context.names.is_(stack.func, "torch.stack", "torch.cat")
-            ):
-                raise Unsupported(f"`{output.name}` is used after the loop other than by torch.stack")
-            dim_arg = stack.args[1] if len(stack.args) > 1 else None
-            if len(stack.args) > 2 or (
-                dim_arg is not None and dim_arg.keyword is not None and dim_arg.keyword.value != "dim"
-            ):
-                raise Unsupported("torch.stack with other arguments than the list and dim")
-            dim = integer_value(dim_arg.value) if dim_arg is not None else 0
-            if dim is None:
-                raise Unsupported("the stack's dim is not a number")
-            cat = self.context.names.is_(stack.func, "torch.cat")
-            after = self.context.index.statement_of(stack)
-            if self.context.index.order(after) <= self.context.index.end(loop):
-                raise Unsupported("the stack is inside the loop")
-            between = self._between(statements, loop, after)
-            found[id(output)] = Stacked(init, stack, dim, cat, after, between)
+            if output.kind == "list":
+                found[id(output)] = self._stacked(output, loop, statements, index)
+        self._check_locals_not_read_after(model)
+        return found
+
+    def _stacked(self, output: Output, loop: cst.For, statements: list, index: int) -> Stacked:
+        """The list `output` collects: made empty just before the loop (at `index` of
+        `statements`), read in it by its append only, and after it by one torch.stack."""
+        init = self._empty_list_before(output.name, statements, index)
+        reads_in_loop = [
+            n
+            for n in self.context.index.find(cst.Name, within=loop.body)
+            if n.value == output.name and not self.context.inside(n, output.statement)
+        ]
+        if reads_in_loop:
+            raise Unsupported(f"`{output.name}` is read in the loop")
+        stack, dim = self._stack_call(self._read_after_loop(output.name, init, loop), output.name)
+        cat = self.context.names.is_(stack.func, "torch.cat")
+        after = self.context.index.statement_of(stack)
+        if self.context.index.order(after) <= self.context.index.end(loop):
+            raise Unsupported("the stack is inside the loop")
+        return Stacked(init, stack, dim, cat, after, self._between(statements, loop, after))
+
+    def _empty_list_before(self, name: str, statements: list, index: int) -> cst.CSTNode:
+        """The statement before `statements[index]` that makes `name` an empty list, with no
+        read of it between."""
+        for statement in reversed(statements[:index]):
+            if name in read_names(self.context, statement):
+                raise Unsupported(f"`{name}` is used between its creation and the loop")
+            if self._binds(statement, name):
+                if _makes_empty_list(statement):
+                    return statement
+                break
+        raise Unsupported(f"`{name}` is not made an empty list just before the loop")
+
+    def _read_after_loop(self, name: str, init: cst.CSTNode, loop: cst.For) -> cst.Name:
+        """The one read after the loop of the list `init` binds to `name`."""
+        kinds, index = self.context.kinds, self.context.index
+        later = sorted(
+            (
+                read
+                for binding in kinds.bindings_in(init, name)
+                for read in kinds.reached_reads(binding)
+                if index.order(read) > index.end(loop)
+            ),
+            key=index.order,
+        )
+        if len(later) != 1:
+            raise Unsupported(f"`{name}` is read {'more than once' if later else 'nowhere'} after the loop")
+        return later[0]
+
+    def _stack_call(self, read: cst.Name, name: str) -> tuple[cst.Call, int]:
+        """(the `torch.stack(name, dim)` or `torch.cat` call that reads the list, its dim)."""
+        stack = self.context.parents.get(self.context.parents.get(read))
+        if not (
+            isinstance(stack, cst.Call)
+            and stack.args
+            and stack.args[0].value is read
+            and self.context.names.is_(stack.func, "torch.stack", "torch.cat")
+        ):
+            raise Unsupported(f"`{name}` is used after the loop other than by torch.stack")
+        dim_arg = stack.args[1] if len(stack.args) > 1 else None
+        if len(stack.args) > 2 or (
+            dim_arg is not None and dim_arg.keyword is not None and dim_arg.keyword.value != "dim"
+        ):
+            raise Unsupported("torch.stack with other arguments than the list and dim")
+        dim = integer_value(dim_arg.value) if dim_arg is not None else 0
+        if dim is None:
+            raise Unsupported("the stack's dim is not a number")
+        return stack, dim
+
+    def _check_locals_not_read_after(self, model: TimeLoop) -> None:
+        """No temporary of the loop, nor its step variable, is read after it (the rewrite
+        leaves them unbound)."""
+        loop = model.loop
+        outputs = {o.name for o in model.outputs}
         for name in model.temporaries | ({model.time} if model.time else set()):
-            if name in {o.name for o in model.outputs}:
+            if name in outputs:
                 continue
             for binding in self.context.kinds.bindings_in(loop, name):
                 for node in self.context.kinds.reached_reads(binding):
                     if self.context.index.order(node) > self.context.index.end(loop):
                         raise Unsupported(f"`{name}` is read after the loop (line {self.context.line(node)})")
-        return found
 
     def _between(self, statements, loop, after) -> list:
         """The statements of the loop's block between the loop and the one holding `after`, or
@@ -2153,69 +2202,53 @@ class TimeLoops:
         an elementwise function (`x[..., None].exp()` is `x.exp()[..., None]`); `rank` is the rank
         the value must have (the state's), which makes an unsqueeze at a dim counted from the
         left one counted from the right."""
-        if isinstance(sym, Op) and sym.op in ("map", "neg") and len(sym.args) == 1:
+        if isinstance(sym, Op):
+            return self._unsqueezed_op(sym, dim, rank)
+        if isinstance(sym, Const) and sym.kind != "number":
+            return self._unsqueezed_constant(sym, dim, rank)
+        return None
+
+    def _unsqueezed_op(self, sym: Op, dim: int, rank: int | None) -> Sym | None:
+        if sym.op in ("map", "neg") and len(sym.args) == 1:
             inner = self._unsq(sym.args[0], dim, rank)
             return None if inner is None else Op(plus(inner.rank, 0), sym.op, (inner,), sym.params, sym.node)
-        if isinstance(sym, Op) and sym.op == "unsqueeze" and sym.params[0] == dim:
+        if sym.op != "unsqueeze":
+            return None
+        if sym.params[0] == dim:
             return sym.args[0]
         if (
-            isinstance(sym, Op)
-            and sym.op == "unsqueeze"
-            and sym.params[0] >= 0
+            sym.params[0] >= 0
             and sym.rank is None
             and rank is not None
             and sym.params[0] - rank == dim
             and min_rank(sym) >= rank
         ):
             return sym.args[0]
-        if isinstance(sym, Const) and sym.kind != "number":
-            node = sym.node
-            inner = None
-            if isinstance(node, cst.Name) and node in self.layouts.index:
-                value = self.layouts.value_of(node)  # `u = self.bonus.unsqueeze(-1)` before the loop
-                if isinstance(value, (cst.Call, cst.Subscript)) and value in self.layouts.index:
-                    shape = self.layouts.shape(value)
-                    return self._unsq(Const(len(shape) if shape is not None else sym.rank, value, sym.kind), dim, rank)
-            if (
-                isinstance(node, cst.Call)
-                and isinstance(node.func, cst.Attribute)
-                and node.func.attr.value == "unsqueeze"
-                and len(node.args) == 1
-                and node.args[0].keyword is None
-            ):
-                d = integer_value(node.args[0].value)
-                if d == dim or (d is not None and d >= 0 and sym.rank is not None and d - sym.rank == dim):
-                    inner = node.func.value
-            elif isinstance(node, cst.Subscript) and dim in (-1, -2):
-                kinds = [_element_kind(e) for e in node.slice]
-                pattern = ["...", "None"] if dim == -1 else ["...", "None", ":"]
-                if kinds == pattern:
-                    inner = node.value
-                elif (
-                    sym.rank is not None
-                    and kinds.count("None") == 1
-                    and set(kinds) <= {":", "None"}
-                    and len(kinds) <= sym.rank
-                    and kinds.index("None") - sym.rank == dim
-                ):
-                    inner = node.value
-                elif (
-                    rank is not None
-                    and "..." not in kinds
-                    and set(kinds) <= {":", "None"}
-                    and len(kinds) == rank
-                    and dim + len(kinds) >= 0
-                    and kinds[dim + len(kinds)] == "None"
-                ):
-                    # `u[None, :, None, :]` in a value of the state's rank: its dims are those written
-                    rest = [e for i, e in enumerate(node.slice) if i != dim + len(kinds)]
-                    if all(_element_kind(e) == ":" for e in rest):
-                        inner = node.value
-                    else:
-                        inner = node.with_changes(slice=separated(rest))
-                    return Const(len(kinds) - 1, inner, sym.kind)
-            if inner is not None:
-                return Const(plus(sym.rank, -1), inner, sym.kind)
+        return None
+
+    def _unsqueezed_constant(self, sym: Const, dim: int, rank: int | None) -> Const | None:
+        """A constant's code without its new dim at `dim`: `c.unsqueeze(dim)`, `c[..., None]`,
+        or a name bound to one of those before the loop."""
+        node = sym.node
+        if isinstance(node, cst.Name) and node in self.layouts.index:
+            value = self.layouts.value_of(node)  # `u = self.bonus.unsqueeze(-1)` before the loop
+            if isinstance(value, (cst.Call, cst.Subscript)) and value in self.layouts.index:
+                shape = self.layouts.shape(value)
+                return self._unsq(Const(len(shape) if shape is not None else sym.rank, value, sym.kind), dim, rank)
+            return None
+        if (
+            isinstance(node, cst.Call)
+            and isinstance(node.func, cst.Attribute)
+            and node.func.attr.value == "unsqueeze"
+            and len(node.args) == 1
+            and node.args[0].keyword is None
+        ):
+            d = integer_value(node.args[0].value)
+            if d == dim or (d is not None and d >= 0 and sym.rank is not None and d - sym.rank == dim):
+                return Const(plus(sym.rank, -1), node.func.value, sym.kind)
+            return None
+        if isinstance(node, cst.Subscript) and dim in (-1, -2):
+            return _without_new_dim(sym, node, dim, rank)
         return None
 
     def _norm(self, sym: Sym, rank: int | None) -> Sym:
@@ -2290,57 +2323,52 @@ class TimeLoops:
     def _read_out(self, sym: Sym, state: State, code):
         """(r, mode, key axis, u, wrap) for a read-out of the state by a query r; wrap is the
         unsqueeze (dim) around the result that the form leaves, or None."""
-        if isinstance(sym, Op) and sym.op == "einsum" and len(sym.args) == 2:
-            spec = sym.params[0]
-            for s_at in (0, 1):
-                term = self._state_term(sym.args[s_at], state, code)
-                if term is None:
-                    continue
-                mode, u, u_key = term
-                s_letters, r_letters = spec.inputs[s_at], spec.inputs[1 - s_at]
-                if len(s_letters) < 2 or len(r_letters) < 1:
-                    return None
-                batch = s_letters[:-2]
-                if r_letters[:-1] != batch or spec.output[:-1] != batch:
-                    return None
-                contracted = r_letters[-1]
-                if contracted == s_letters[-2] and spec.output[-1] == s_letters[-1]:
-                    key = -2
-                elif contracted == s_letters[-1] and spec.output[-1] == s_letters[-2]:
-                    key = -1
-                else:
-                    return None
-                if contracted in batch or len(set(s_letters)) != len(s_letters):
-                    return None
-                if u is not None and u_key != key:
-                    return None
-                return sym.args[1 - s_at], mode, key, u, None
-        if (
-            isinstance(sym, Op)
-            and sym.op == "reduce"
-            and sym.params[0] in ((-2,), (-1,))
-            and not sym.params[1]
-            and sym.params[2] == "sum"
-        ):
-            key = sym.params[0][0]
-            inner = sym.args[0]
-            if isinstance(inner, Op) and inner.op == "mul":
-                for s_side, r_side in (inner.args, inner.args[::-1]):
-                    term = self._state_term(s_side, state, code)
-                    r = self._unsq(r_side, -1 if key == -2 else -2)
-                    if term is not None and r is not None and (term[1] is None or term[2] == key):
-                        return r, term[0], key, term[1], None
-        if isinstance(sym, Op) and sym.op == "matmul":
-            a, b = (self._norm(arg, state_rank(state)) for arg in sym.args)
-            term = self._state_term(b, state, code)
-            r = self._unsq(a, -2)
-            if term is not None and r is not None and (term[1] is None or term[2] == -2):
-                return r, term[0], -2, term[1], -2
-            term = self._state_term(a, state, code)
-            r = self._unsq(b, -1)
-            if term is not None and r is not None and (term[1] is None or term[2] == -1):
-                return r, term[0], -1, term[1], -1
+        read = self._READ_OUTS.get(sym.op) if isinstance(sym, Op) else None
+        return read(self, sym, state, code) if read is not None else None
+
+    def _einsum_read_out(self, sym: Op, state: State, code):
+        """`einsum("bhk,bhkv->bhv", r, S)` (the state's letters last two, the query's last
+        one contracted with either)."""
+        if len(sym.args) != 2:
+            return None
+        spec = sym.params[0]
+        for s_at in (0, 1):
+            term = self._state_term(sym.args[s_at], state, code)
+            if term is None:
+                continue
+            mode, u, u_key = term
+            key = _contracted_state_dim(spec.inputs[s_at], spec.inputs[1 - s_at], spec.output)
+            if key is None or (u is not None and u_key != key):
+                return None
+            return sym.args[1 - s_at], mode, key, u, None
         return None
+
+    def _summed_read_out(self, sym: Op, state: State, code):
+        """`(r[..., None] * S).sum(-2)` (or `(S * r[..., None, :]).sum(-1)`)."""
+        if not (sym.params[0] in ((-2,), (-1,)) and not sym.params[1] and sym.params[2] == "sum"):
+            return None
+        key = sym.params[0][0]
+        inner = sym.args[0]
+        if not (isinstance(inner, Op) and inner.op == "mul"):
+            return None
+        for s_side, r_side in (inner.args, inner.args[::-1]):
+            term = self._state_term(s_side, state, code)
+            r = self._unsq(r_side, -1 if key == -2 else -2)
+            if _reads_along(term, r, key):
+                return r, term[0], key, term[1], None
+        return None
+
+    def _matmul_read_out(self, sym: Op, state: State, code):
+        """`r.unsqueeze(-2) @ S` (key dim -2) or `S @ r.unsqueeze(-1)` (key dim -1)."""
+        a, b = (self._norm(arg, state_rank(state)) for arg in sym.args)
+        for s_side, r_side, key in ((b, a, -2), (a, b, -1)):
+            term = self._state_term(s_side, state, code)
+            r = self._unsq(r_side, key)
+            if _reads_along(term, r, key):
+                return r, term[0], key, term[1], key
+        return None
+
+    _READ_OUTS = {"einsum": _einsum_read_out, "reduce": _summed_read_out, "matmul": _matmul_read_out}
 
     def _collect_reads(self, sym: Sym | None, state: State, found: list, code) -> bool:
         """Collect the read-outs of `state` in `sym`; False if the state is used otherwise."""
@@ -2377,6 +2405,73 @@ class TimeLoops:
                     return args[0].args[0]
                 return Op(sym.rank, sym.op, args, sym.params, sym.node)
         return sym
+
+
+def _makes_empty_list(statement) -> bool:
+    """`name = []` alone on its line."""
+    return (
+        isinstance(statement, cst.SimpleStatementLine)
+        and len(statement.body) == 1
+        and isinstance(statement.body[0], cst.Assign)
+        and isinstance(statement.body[0].value, cst.List)
+        and not statement.body[0].value.elements
+    )
+
+
+def _without_new_dim(sym: Const, node: cst.Subscript, dim: int, rank: int | None) -> Const | None:
+    """The constant `node` (a subscript) without the new dim it makes at `dim` (-1 or -2):
+    `c[..., None]`, `c[..., None, :]`, `c[:, None]` in a constant of known rank, or
+    `u[None, :, None, :]` in a value of the state's `rank` (its dims are those written)."""
+    kinds = [_element_kind(e) for e in node.slice]
+    if kinds == (["...", "None"] if dim == -1 else ["...", "None", ":"]) or _only_new_dim_at(kinds, dim, sym.rank):
+        return Const(plus(sym.rank, -1), node.value, sym.kind)
+    if rank is None or "..." in kinds or not set(kinds) <= {":", "None"} or len(kinds) != rank:
+        return None
+    position = dim + len(kinds)
+    if position < 0 or kinds[position] != "None":
+        return None
+    rest = [e for i, e in enumerate(node.slice) if i != position]
+    inner = node.value if all(_element_kind(e) == ":" for e in rest) else node.with_changes(slice=separated(rest))
+    return Const(len(kinds) - 1, inner, sym.kind)
+
+
+def _only_new_dim_at(kinds: list[str], dim: int, rank: int | None) -> bool:
+    """Are `kinds` (of a subscript's elements) `:`s and one `None`, at `dim` counted from
+    the right of a value of `rank` dims?"""
+    return (
+        rank is not None
+        and kinds.count("None") == 1
+        and set(kinds) <= {":", "None"}
+        and len(kinds) <= rank
+        and kinds.index("None") - rank == dim
+    )
+
+
+def _contracted_state_dim(
+    s_letters: tuple[str, ...], r_letters: tuple[str, ...], output: tuple[str, ...]
+) -> int | None:
+    """The state's dim (-2 or -1) that an einsum of the state (`s_letters`) and a query
+    (`r_letters`) into `output` contracts, the batch dims kept; None for another einsum."""
+    if len(s_letters) < 2 or len(r_letters) < 1:
+        return None
+    batch = s_letters[:-2]
+    if r_letters[:-1] != batch or output[:-1] != batch:
+        return None
+    contracted = r_letters[-1]
+    if contracted == s_letters[-2] and output[-1] == s_letters[-1]:
+        key = -2
+    elif contracted == s_letters[-1] and output[-1] == s_letters[-2]:
+        key = -1
+    else:
+        return None
+    if contracted in batch or len(set(s_letters)) != len(s_letters):
+        return None
+    return key
+
+
+def _reads_along(term, r: Sym | None, key: int) -> bool:
+    """A state term and a query r, the term's bonus (if any) along the `key` dim."""
+    return term is not None and r is not None and (term[1] is None or term[2] == key)
 
 
 def model_state(name: str) -> str:
