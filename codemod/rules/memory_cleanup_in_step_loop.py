@@ -242,7 +242,7 @@ class MemoryCleanupInStepLoop(Rule):
 
     def _reached_through_calls(
         self, node: cst.Call, spelled: str
-    ) -> tuple[list[cst.If] | None, str, list[cst.CSTNode]] | None:
+    ) -> tuple[list[cst.If], str, list[cst.CSTNode]] | None:
         """For a clean-up in a function of this file that the step loop calls (where it runs
         is where its calls run): the conditions on the way from the loop, how the message
         names that way, and the clean-up with the calls on it. None where no step loop
@@ -254,6 +254,8 @@ class MemoryCleanupInStepLoop(Rule):
         if not sites or not isinstance(function, cst.FunctionDef):
             return None
         conditions = self._conditions(node, function)
+        if conditions is None:
+            return None  # in an `except` handler of the function: clean-up after an error
         for site in sites:
             for number, call in enumerate(site.calls):
                 stop = site.loop if number == 0 else self.context.index.first_enclosing(call, cst.FunctionDef)
@@ -261,8 +263,6 @@ class MemoryCleanupInStepLoop(Rule):
                 if found is None:
                     return None  # called from an `except` handler
                 conditions += found
-        if conditions is None:
-            return None
         first = sites[0].calls[0]
         through = f" (through `{self.context.source(first.func)}` at line {self.context.line(first)})"
         callers = {call for site in sites for call in site.calls}
