@@ -6,6 +6,8 @@ and the modules a model class of another module of the project builds.
 `forward_runs(context)` (built once per file, FileContext.shared) answers, for a
 `TrainingLoop` whose `forward` is known:
 
+- `start(loop)`: where the forward pass starts (where a report points);
+  `wrapped(loop)`: the first and the last statement autocast wraps;
 - `functions(statements)`: the functions of this file the statements run (helpers they
   call, the `forward` of model classes of this file, and what those reach);
 - `autocast_inside(loop)`: autocast entered by what the forward pass runs;
@@ -35,8 +37,10 @@ For the training loops of the file as a whole, and for one loop:
   exact float32 results), as a sentence, or None;
 - `steering(loop)`: why the forward pass may not run in lower precision at all (it
   decides what runs next, it calls an op CUDA autocast refuses), or None;
+- `no_model_call(loop)`: nothing runs a model before the loss (no forward pass to speed up);
 - `device_model(loop)`: the model of the loop that is moved to a device, whose device
-  the policy is built from, or None;
+  the policy is built from, or None; `device_untold(loop)`: no model is moved, yet the
+  script may train on CUDA; `on_host(loop)`: the model is moved only to the host;
 - `lower_precision_problem(loop, fp16)`: why the policy would not train as wanted, or
   not faster (a cuDNN RNN or `nn.DataParallel` under bf16, a GradScaler's calls that
   cannot be placed, every matrix product bound by memory), or None.
@@ -62,6 +66,8 @@ from codemod.analysis.torch_facts import (
     PRECISION_OWNERS,
     autocast_float16,
 )
+from codemod.analysis.training import NO_FORWARD
+from codemod.analysis.values import Place
 
 if TYPE_CHECKING:
     from codemod.analysis.training import Model, TrainingLoop
@@ -108,6 +114,37 @@ class ForwardRuns:
         training = self.context.training
         inside = [loop.autocast.node for loop in training.loops if loop.autocast is not None]
         return [use for use in training.autocast_uses if not any(self.context.inside(use, n) for n in inside)]
+
+    # -- the forward region ----------------------------------------------------------
+
+    def start(self, loop: TrainingLoop) -> cst.CSTNode:
+        """Where the forward pass starts, to point a report at: its first statement, else the loop."""
+        return loop.forward.statements[0] if loop.forward is not None and loop.forward.statements else loop.loop
+
+    def wrapped(self, loop: TrainingLoop) -> tuple[cst.BaseStatement, cst.BaseStatement]:
+        """The first and the last statement autocast wraps: the forward region, from the
+        first model call to the loss (of a loop whose forward region is known)."""
+        statements = loop.forward.statements
+        return statements[0], statements[-1]
+
+    def no_model_call(self, loop: TrainingLoop) -> bool:
+        """Does nothing run a model before the loss: no forward pass to speed up?"""
+        problem = loop.forward_problem
+        return loop.forward is None and bool(problem) and problem.startswith(NO_FORWARD)
+
+    def device_untold(self, loop: TrainingLoop) -> bool:
+        """Is the device the forward pass runs on unknown: no model of the loop is moved,
+        yet the script uses CUDA and does not visibly train on the host?"""
+        training = self.context.training
+        if self.device_model(loop) is not None or training.cuda_use is None:
+            return False
+        return not training.placement.trains_on_host(loop.loop)
+
+    def on_host(self, loop: TrainingLoop) -> bool:
+        """Is the model moved only ever to the host (where CPU autocast pays off only on
+        CPUs with bf16 units)?"""
+        model = self.device_model(loop)
+        return model is not None and model.places == {Place.HOST}
 
     # -- what decides the precision --------------------------------------------------
 

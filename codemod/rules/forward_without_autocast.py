@@ -12,8 +12,7 @@ from codemod.analysis.torch_facts import (
     LIGHTNING_MIXED_PRECISION,
     LIGHTNING_PRECISION_KEYWORD,
 )
-from codemod.analysis.training import NO_FORWARD, TrainingLoop
-from codemod.analysis.values import Place
+from codemod.analysis.training import TrainingLoop
 from codemod.edits import AddKeyword, Edit, InsertAfter, InsertBefore, Replace, Wrap
 from codemod.rule import Invalid, Level, Rule, Valid
 
@@ -523,58 +522,77 @@ class ForwardWithoutAutocast(Rule):
             self._check(loop, runs)
 
     def _check(self, loop: TrainingLoop, runs: ForwardRuns) -> None:
-        training = self.context.training
-        chosen = runs.precision_chosen(loop)
-        if chosen is not None:
-            return self._decline(loop, chosen)
-        owner = runs.precision_owner(loop)
-        if owner is not None:
-            if owner.configured:
-                return  # the engine is told its precision where it is built
-            return self.report(
-                self._forward_start(loop),
-                f"the training runs through `{training.code(owner.call.func)}` (line {self.context.line(owner.call)}), "
-                f"which applies the mixed precision it is configured with: pass `{owner.keyword}=` to it (or set "
-                "it in the launcher's configuration) rather than wrapping the forward pass in autocast",
-            )
-        if runs.autocast_inside(loop):
-            return  # the model's forward (or a helper it calls) enters autocast itself
-        elsewhere = runs.elsewhere()
-        if elsewhere:
-            return self._decline(
-                loop,
-                f"autocast is already used at line {self.context.line(elsewhere[0])}; "
-                "check whether it covers this loop's forward pass",
-            )
-        if loop.scaler is not None:
-            return self._decline(
-                loop,
-                f"`{loop.scaler.expression}` scales the loss but no autocast is on; "
-                "add autocast around the forward pass by hand",
-            )
-        if loop.forward is None:
-            if loop.forward_problem and loop.forward_problem.startswith(NO_FORWARD):
-                return  # nothing runs a model before the loss: no forward pass to speed up
-            return self._decline(loop, loop.forward_problem)
-        steering = runs.steering(loop)
-        if steering is not None:
-            return self._decline(loop, steering)
-        model = runs.device_model(loop)
-        if model is None:
-            if training.cuda_use is not None and not training.placement.trains_on_host(loop.loop):
-                self._decline(loop, "cannot tell which device the model runs on")
+        if self._precision_set_elsewhere(loop, runs) or self._forward_not_wrapped(loop, runs):
             return
-        if model.places == {Place.HOST}:
-            return  # CPU autocast pays off only on CPUs with bf16 units; the policy leaves it off there
         fp16 = self.context.settings.amp == "fp16"
         problem = runs.lower_precision_problem(loop, fp16)
         if problem is not None:
             return self._decline(loop, problem)
+        self._wrap(loop, runs, fp16)
+
+    def _precision_set_elsewhere(self, loop: TrainingLoop, runs: ForwardRuns) -> bool:
+        """Is the loop's precision chosen by its author, an engine, or autocast of its own?
+        Reports why it is left as it is where the author should look."""
+        training = self.context.training
+        chosen = runs.precision_chosen(loop)
+        if chosen is not None:
+            self._decline(loop, chosen)
+            return True
+        owner = runs.precision_owner(loop)
+        if owner is not None:
+            if not owner.configured:  # else the engine is told its precision where it is built
+                self.report(
+                    runs.start(loop),
+                    f"the training runs through `{training.code(owner.call.func)}` "
+                    f"(line {self.context.line(owner.call)}), which applies the mixed precision it is configured "
+                    f"with: pass `{owner.keyword}=` to it (or set it in the launcher's configuration) rather than "
+                    "wrapping the forward pass in autocast",
+                )
+            return True
+        if runs.autocast_inside(loop):
+            return True  # the model's forward (or a helper it calls) enters autocast itself
+        elsewhere = runs.elsewhere()
+        if elsewhere:
+            self._decline(
+                loop,
+                f"autocast is already used at line {self.context.line(elsewhere[0])}; "
+                "check whether it covers this loop's forward pass",
+            )
+            return True
+        if loop.scaler is not None:
+            self._decline(
+                loop,
+                f"`{loop.scaler.expression}` scales the loss but no autocast is on; "
+                "add autocast around the forward pass by hand",
+            )
+            return True
+        return False
+
+    def _forward_not_wrapped(self, loop: TrainingLoop, runs: ForwardRuns) -> bool:
+        """Is there no forward pass autocast could speed up (none, an unknown one, one that
+        decides what runs next, one on the host or on an unknown device)? Reports those
+        the author should look at."""
+        if runs.no_model_call(loop):
+            return True
+        if loop.forward is None:
+            self._decline(loop, loop.forward_problem)
+            return True
+        why = runs.steering(loop)
+        if why is None and runs.device_untold(loop):
+            why = "cannot tell which device the model runs on"
+        if why is not None:
+            self._decline(loop, why)
+            return True
+        return runs.device_model(loop) is None or runs.on_host(loop)
+
+    def _wrap(self, loop: TrainingLoop, runs: ForwardRuns, fp16: bool) -> None:
+        """Build the precision policy where the model is moved and wrap the forward pass in
+        its autocast (and, for fp16, scale the loss with its GradScaler)."""
         sites = policy_sites(self.context)
         names = sites.free_names(POLICY_NAMES, SCALER_NAMES) if fp16 else sites.free_names(POLICY_NAMES)
         if names is None:
             return self._decline(loop, "the names the fix would use are all taken")
-        site = sites.site(loop, model, names, stateful=fp16)
+        site = sites.site(loop, runs.device_model(loop), names, stateful=fp16)
         if isinstance(site, str):
             return self._decline(loop, site)
         policy = names[0]
@@ -583,12 +601,12 @@ class ForwardWithoutAutocast(Rule):
         if fp16:
             built.append(cst.parse_statement(f"{site.target}{names[1]} = {site.target}{policy}.grad_scaler()\n"))
         build = (InsertAfter if site.after else InsertBefore)(site.anchor, tuple(built))
-        region = loop.forward.statements
+        first, last = runs.wrapped(loop)
         item = cst.WithItem(cst.parse_expression(f"{site.spelled}{policy}.autocast()"))
-        edits: list[Edit] = [build, Wrap(region[0], region[-1], (item,))]
+        edits: list[Edit] = [build, Wrap(first, last, (item,))]
         if fp16:
             edits += self._scale_edits(loop, f"{site.spelled}{names[1]}")
-        self.report(self._forward_start(loop), edits=edits, imports=[POLICY_IMPORT])
+        self.report(runs.start(loop), edits=edits, imports=[POLICY_IMPORT])
 
     # -- Lightning's Trainer ------------------------------------------------------------
 
@@ -687,12 +705,7 @@ class ForwardWithoutAutocast(Rule):
     # -- helpers -------------------------------------------------------------------
 
     def _decline(self, loop: TrainingLoop, why: str | None) -> None:
-        self.report(self._forward_start(loop), f"{self.MESSAGE} (not fixed: {why})")
-
-    @staticmethod
-    def _forward_start(loop: TrainingLoop) -> cst.CSTNode:
-        """Where to point the user: the forward pass's first statement, else the loop."""
-        return loop.forward.statements[0] if loop.forward is not None and loop.forward.statements else loop.loop
+        self.report(forward_runs(self.context).start(loop), f"{self.MESSAGE} (not fixed: {why})")
 
 
 def _method(receiver: cst.BaseExpression, name: str, argument: cst.BaseExpression) -> cst.Call:

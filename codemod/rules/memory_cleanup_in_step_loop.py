@@ -225,43 +225,70 @@ class MemoryCleanupInStepLoop(Rule):
         if not names:
             return
         spelled = MEMORY_CLEANUPS[min(names)]
-        steps = self.context.loops
-        step_loop = steps.step_loop_of(node)
+        step_loop = self.context.loops.step_loop_of(node)
         if step_loop is not None:
             conditions = self._conditions(node, step_loop)
             through, held = "", [node]  # held: what the conditions hold (or hold a call of)
         else:
-            # In a function of this file: where it runs is where its calls run.
-            sites = steps.runs_in(node)
-            function = self.context.index.first_enclosing(node, (cst.FunctionDef, cst.Lambda, cst.ClassDef))
-            if not sites or not isinstance(function, cst.FunctionDef):
+            reached = self._reached_through_calls(node, spelled)
+            if reached is None:
                 return
-            conditions = self._conditions(node, function)
-            for site in sites:
-                for number, call in enumerate(site.calls):
-                    stop = site.loop if number == 0 else self.context.index.first_enclosing(call, cst.FunctionDef)
-                    found = self._conditions(call, stop)
-                    if found is None:
-                        return  # called from an `except` handler
-                    conditions += found
-            if conditions is None:
-                return
-            first = sites[0].calls[0]
-            through = f" (through `{self.context.source(first.func)}` at line {self.context.line(first)})"
-            callers = {call for site in sites for call in site.calls}
-            held = [node, *callers]
-            if not set(steps.call_sites(function)) <= callers:
-                self.report(
-                    node,
-                    f"{spelled} runs on every training step{through} and {COSTS[spelled]}; left in place "
-                    f"because `{function.name.value}` is also called outside the training loop",
-                )
-                return
+            conditions, through, held = reached
         if conditions is None:
             return  # clean-up after an error, not on every step
+        if self._chosen_when(node, spelled, conditions, through, held, step_loop):
+            return
+        self._remove(node, spelled, through)
+
+    def _reached_through_calls(
+        self, node: cst.Call, spelled: str
+    ) -> tuple[list[cst.If], str, list[cst.CSTNode]] | None:
+        """For a clean-up in a function of this file that the step loop calls (where it runs
+        is where its calls run): the conditions on the way from the loop, how the message
+        names that way, and the clean-up with the calls on it. None where no step loop
+        calls it, where a call is in an `except` handler, or after reporting a function
+        also called outside the training loop."""
+        steps = self.context.loops
+        sites = steps.runs_in(node)
+        function = self.context.index.first_enclosing(node, (cst.FunctionDef, cst.Lambda, cst.ClassDef))
+        if not sites or not isinstance(function, cst.FunctionDef):
+            return None
+        conditions = self._conditions(node, function)
+        if conditions is None:
+            return None  # in an `except` handler of the function: clean-up after an error
+        for site in sites:
+            for number, call in enumerate(site.calls):
+                stop = site.loop if number == 0 else self.context.index.first_enclosing(call, cst.FunctionDef)
+                found = self._conditions(call, stop)
+                if found is None:
+                    return None  # called from an `except` handler
+                conditions += found
+        first = sites[0].calls[0]
+        through = f" (through `{self.context.source(first.func)}` at line {self.context.line(first)})"
+        callers = {call for site in sites for call in site.calls}
+        if not set(steps.call_sites(function)) <= callers:
+            self.report(
+                node,
+                f"{spelled} runs on every training step{through} and {COSTS[spelled]}; left in place "
+                f"because `{function.name.value}` is also called outside the training loop",
+            )
+            return None
+        return conditions, through, [node, *callers]
+
+    def _chosen_when(
+        self,
+        node: cst.Call,
+        spelled: str,
+        conditions: list[cst.If],
+        through: str,
+        held: list[cst.CSTNode],
+        step_loop: cst.CSTNode | None,
+    ) -> bool:
+        """Does a condition decide when the clean-up runs (once in the run, a period, or a
+        test other than "is CUDA in use")? Reports the last two."""
         guards = [c for c in conditions if any(self.context.inside(h, c.body) for h in held)]  # not their `else`
         if any(periodic(self.context).once(c.test, step_loop) for c in guards):
-            return  # once in the run (`if step == 0:` before `gc.freeze()`), as at the end of an epoch
+            return True  # once in the run (`if step == 0:` before `gc.freeze()`), as at the end of an epoch
         # In a function the loop calls, the counter is a parameter: any counter will do.
         period = next((p for c in guards if (p := periodic(self.context).period(c.test, step_loop)) is not None), None)
         if period is not None:
@@ -271,7 +298,7 @@ class MemoryCleanupInStepLoop(Rule):
                 f"{spelled} runs {every} in the training loop{through} and {COSTS[spelled]}; "
                 "left in place because its period was chosen: make it rarer or move it to the end of the epoch",
             )
-            return
+            return True
         opaque = [c for c in conditions if not self._is_cuda_check(c.test)]
         if opaque:
             condition = self.context.source(opaque[0].test)
@@ -280,7 +307,12 @@ class MemoryCleanupInStepLoop(Rule):
                 f"{spelled} in the training step loop{through} runs on every step where `{condition}` holds "
                 f"and {COSTS[spelled]}; remove it if that is every step",
             )
-            return
+            return True
+        return False
+
+    def _remove(self, node: cst.Call, spelled: str, through: str) -> None:
+        """Remove the clean-up that runs on every step, with an `if` around it that only
+        cleans up; a clean-up whose result is used is reported."""
         statement = self.context.parents.get(node)
         message = f"{spelled} on every training step{through} {COSTS[spelled]}; remove it"
         if not isinstance(statement, cst.Expr):

@@ -316,6 +316,42 @@ class PerCallHookRegistration(Rule):
 
     def _register_once(self, call: cst.Call, removals: list[cst.CSTNode]) -> list | str:
         """The edits that register the hook of `call` once, in `__init__`, or why not."""
+        found = self._module_forward(call)
+        if isinstance(found, str):
+            return found
+        forward, init, receiver = found
+        statement = self._top_statement(call, forward)
+        held = self._handle_holder(call, statement)
+        removing = self._removing_try(forward, statement, removals)
+        if held is None or removing is None:
+            return "its handles are not removed by the `finally` of one `try` around the rest of `forward`"
+        holder, container_line = held
+        if not self._only_registers_then_runs(forward, statement, removing, container_line):
+            # other code before the hooks are registered, or after they are removed, runs without them
+            return "`forward` runs other code before registering it or after removing it"
+        why = self._differs_between_calls(statement, forward, init, receiver, call, holder)
+        if why is not None:
+            return why
+        moved = statement.deep_replace(holder, call) if holder is not call else statement
+        if isinstance(moved, cst.SimpleStatementLine) and isinstance(moved.body[0], cst.Assign):
+            moved = moved.with_changes(body=[cst.Expr(moved.body[0].value)])  # `h = register(...)`
+        lines = [*(container_line.leading_lines if container_line is not None else ()), *statement.leading_lines]
+        comments = [line for line in lines if line.comment is not None]  # they go along
+        edits = [
+            Remove(statement, keep_comments=False),
+            InsertAfter(init.body.body[-1], (moved.with_changes(leading_lines=comments),)),
+            Replace(removing, _unwrapped),
+            # `def forward` itself stays, but a diff of the file shows it moved below the
+            # statement that now ends __init__: its line is part of this fix
+            Replace(forward.name, lambda updated: updated),
+        ]
+        if container_line is not None:
+            edits.append(Remove(container_line, keep_comments=False))
+        return edits
+
+    def _module_forward(self, call: cst.Call) -> tuple[cst.FunctionDef, cst.FunctionDef, str] | str:
+        """(`forward`, `__init__`, their receiver) of the module class whose `forward`
+        registers `call`, or why the registration is somewhere else."""
         forward = self.context.index.first_enclosing(call, cst.FunctionDef)
         owner = self.context.parents.get(self.context.parents.get(forward)) if forward is not None else None
         if forward is not None and self._is_context_manager(forward):
@@ -331,50 +367,45 @@ class PerCallHookRegistration(Rule):
         receiver = _first_param(forward)
         if init is None or receiver is None or receiver != _first_param(init) or not init.body.body:
             return "its class has no `__init__` of its own to register it in"
-        statement = self._top_statement(call, forward)
-        held = self._handle_holder(call, statement)
+        return forward, init, receiver
+
+    def _removing_try(
+        self, forward: cst.FunctionDef, statement: cst.BaseStatement, removals: list[cst.CSTNode]
+    ) -> cst.Try | None:
+        """The one `try`/`finally` after `statement` in `forward` whose `finally` holds
+        every removal and no other call; None when there is not exactly one such."""
         body = list(forward.body.body)
         tries = [
             s
             for s in body[body.index(statement) + 1 :]
             if isinstance(s, cst.Try) and not s.handlers and s.orelse is None and s.finalbody is not None
         ]
-        if (
-            held is None
-            or len(tries) != 1
-            or not all(self.context.inside(r, tries[0].finalbody) for r in removals)
-            or any(c not in removals for c in self.context.index.find(cst.Call, within=tries[0].finalbody))
+        if len(tries) != 1:
+            return None
+        final = tries[0].finalbody
+        if not all(self.context.inside(r, final) for r in removals) or any(
+            c not in removals for c in self.context.index.find(cst.Call, within=final)
         ):
-            return "its handles are not removed by the `finally` of one `try` around the rest of `forward`"
-        holder, container_line = held
+            return None
+        return tries[0]
+
+    @staticmethod
+    def _only_registers_then_runs(
+        forward: cst.FunctionDef,
+        statement: cst.BaseStatement,
+        removing: cst.Try,
+        container_line: cst.CSTNode | None,
+    ) -> bool:
+        """Does `forward` hold only the registration (with the handles' list), a docstring,
+        and, last, the `try` that removes the hooks?"""
+        body = list(forward.body.body)
         others = [
             s
             for s in body
-            if s not in (statement, tries[0], container_line)
+            if s not in (statement, removing, container_line)
             and not m.matches(s, m.SimpleStatementLine(body=[m.Expr(m.SimpleString())]))  # a docstring
         ]
-        if others or body[-1] is not tries[0]:
-            # other code before the hooks are registered, or after they are removed, runs without them
-            return "`forward` runs other code before registering it or after removing it"
-        why = self._differs_between_calls(statement, forward, init, receiver, call, holder)
-        if why is not None:
-            return why
-        moved = statement.deep_replace(holder, call) if holder is not call else statement
-        if isinstance(moved, cst.SimpleStatementLine) and isinstance(moved.body[0], cst.Assign):
-            moved = moved.with_changes(body=[cst.Expr(moved.body[0].value)])  # `h = register(...)`
-        lines = [*(container_line.leading_lines if container_line is not None else ()), *statement.leading_lines]
-        comments = [line for line in lines if line.comment is not None]  # they go along
-        edits = [
-            Remove(statement, keep_comments=False),
-            InsertAfter(init.body.body[-1], (moved.with_changes(leading_lines=comments),)),
-            Replace(tries[0], _unwrapped),
-            # `def forward` itself stays, but a diff of the file shows it moved below the
-            # statement that now ends __init__: its line is part of this fix
-            Replace(forward.name, lambda updated: updated),
-        ]
-        if container_line is not None:
-            edits.append(Remove(container_line, keep_comments=False))
-        return edits
+        return not others and body[-1] is removing
 
     def _parameters_read(self, call: cst.Call, function: cst.FunctionDef) -> list[str]:
         """The parameters of `function` (other than its receiver) that the registration
@@ -459,58 +490,110 @@ class PerCallHookRegistration(Rule):
         functions, classes and imports; `self.<attr>` where only `__init__` assigns it (or
         no method does); its calls must change nothing (the hooks' bodies run when the
         hooks run, either way); the names it binds must be new to `__init__`."""
-        index, scopes = self.context.index, self.context.scopes
-        nested = index.find((cst.FunctionDef, cst.Lambda), within=statement)
+        hooks = self.context.index.find((cst.FunctionDef, cst.Lambda), within=statement)
+        return (
+            self._leaves_forward(statement, hooks)
+            or self._reads_call_values(statement, forward, receiver, call, holder)
+            or self._reads_attributes_set_later(statement, init, receiver, hooks)
+            or self._hook_of_copied_model(init, receiver, hooks)
+            or self._side_effects(statement, call, hooks)
+            or self._assigns_other_than_names(statement, hooks)
+            or self._rebinds_names_init_reads(statement, init, hooks)
+        )
 
-        def deferred(node: cst.CSTNode) -> bool:  # runs when the hook runs
-            return any(index.inside(node, n.body) for n in nested)
+    def _runs_in_hook(self, node: cst.CSTNode, hooks: list[cst.CSTNode]) -> bool:
+        """Is `node` in the body of a function the statement defines: it runs when the hook runs."""
+        return any(self.context.index.inside(node, hook.body) for hook in hooks)
 
-        def dropped(node: cst.CSTNode) -> bool:  # `handles.append(...)` around the call goes
-            return holder is not call and index.inside(node, holder) and not index.inside(node, call)
-
+    def _leaves_forward(self, statement: cst.CSTNode, hooks: list[cst.CSTNode]) -> str | None:
+        """Does the statement return, yield, raise or change names outside itself?"""
         exits = (cst.Return, cst.Yield, cst.Await, cst.Raise, cst.Global, cst.Nonlocal, cst.AugAssign, cst.AnnAssign)
-        if any(not deferred(n) for n in index.find(exits, within=statement)):
+        if any(not self._runs_in_hook(n, hooks) for n in self.context.index.find(exits, within=statement)):
             return "moving it to `__init__` would change what `forward` does"
+        return None
+
+    def _reads_call_values(
+        self, statement: cst.CSTNode, forward: cst.FunctionDef, receiver: str, call: cst.Call, holder: cst.CSTNode
+    ) -> str | None:
+        """A name the statement reads whose binding may differ between calls of `forward`
+        (not in `handles.append(...)` around the call, which goes)."""
+        index, scopes = self.context.index, self.context.scopes
         for name in names_read(statement):
-            if dropped(name):
+            if holder is not call and index.inside(name, holder) and not index.inside(name, call):
                 continue
             scope = scopes.get(name)
             # the bindings this read may see (a later `for blk in ...` of forward is not one)
-            for binding in (self.context.kinds.reaching(name) or scope[name.value]) if scope is not None else [None]:
-                if not self._same_binding(binding, statement, forward, receiver):
-                    return f"it depends on `{name.value}`, a value of the call"
+            bindings = (self.context.kinds.reaching(name) or scope[name.value]) if scope is not None else [None]
+            if not all(self._same_binding(binding, statement, forward, receiver) for binding in bindings):
+                return f"it depends on `{name.value}`, a value of the call"
+        return None
+
+    def _reads_attributes_set_later(
+        self, statement: cst.CSTNode, init: cst.FunctionDef, receiver: str, hooks: list[cst.CSTNode]
+    ) -> str | None:
+        """`self.<attr>`, read outside the hooks, that code other than `__init__` assigns."""
+        index = self.context.index
         for attribute in index.find(cst.Attribute, within=statement):
-            if deferred(attribute) or not m.matches(attribute.value, m.Name(receiver)):
+            if self._runs_in_hook(attribute, hooks) or not m.matches(attribute.value, m.Name(receiver)):
                 continue
             values = self.context.kinds.attribute_values(attribute)
             if values is not None and not all(index.inside(v, init) for v in values):
                 return f"`{receiver}.{attribute.attr.value}` is assigned outside `__init__`"
-        closures = [n for n in nested if any(r.value == receiver for r in names_read(n))]
-        copies = self.context.kinds.copies_of(self.context.kinds.class_of(init)) if closures else []
-        if copies:
-            copied = self.context.module.code_for_node(copies[0])
-            return (
-                f"the file copies the model (`{copied}`): a hook made in `__init__` that reads `{receiver}` "
-                "would, in the copy, still read and write the original"
-            )
+        return None
+
+    def _hook_of_copied_model(self, init: cst.FunctionDef, receiver: str, hooks: list[cst.CSTNode]) -> str | None:
+        """A hook that reads `self`, in a file that copies the model: the copy's hook would
+        be the closure made in the original's `__init__`."""
+        kinds = self.context.kinds
+        closures = [hook for hook in hooks if any(r.value == receiver for r in names_read(hook))]
+        copies = kinds.copies_of(kinds.class_of(init)) if closures else []
+        if not copies:
+            return None
+        copied = self.context.module.code_for_node(copies[0])
+        return (
+            f"the file copies the model (`{copied}`): a hook made in `__init__` that reads `{receiver}` "
+            "would, in the copy, still read and write the original"
+        )
+
+    def _side_effects(self, statement: cst.CSTNode, call: cst.Call, hooks: list[cst.CSTNode]) -> str | None:
+        """A call of the statement, other than the registration and outside the hooks, that
+        may change something."""
+        index = self.context.index
         for inner in index.find(cst.Call, within=statement):
-            if deferred(inner) or inner is call or index.inside(call, inner) or index.inside(inner, call):
+            if (
+                self._runs_in_hook(inner, hooks)
+                or inner is call
+                or index.inside(call, inner)
+                or index.inside(inner, call)
+            ):
                 continue
             if not self.context.purity.side_effect_free(inner):
                 return f"`{self.context.module.code_for_node(inner)}` may have side effects"
-        init_scope = scopes.get(init.body)
-        for assign in index.find(cst.Assign, within=statement):
-            if not deferred(assign) and not all(isinstance(t.target, cst.Name) for t in assign.targets):
+        return None
+
+    def _assigns_other_than_names(self, statement: cst.CSTNode, hooks: list[cst.CSTNode]) -> str | None:
+        """An assignment, outside the hooks, to an attribute or an item."""
+        for assign in self.context.index.find(cst.Assign, within=statement):
+            if not self._runs_in_hook(assign, hooks) and not all(
+                isinstance(t.target, cst.Name) for t in assign.targets
+            ):
                 return "moving it to `__init__` would change what `forward` does"
+        return None
+
+    def _rebinds_names_init_reads(
+        self, statement: cst.CSTNode, init: cst.FunctionDef, hooks: list[cst.CSTNode]
+    ) -> str | None:
+        """At the end of `__init__` the statement may rebind `__init__`'s own names, unless
+        a function defined in `__init__` reads them later."""
+        index = self.context.index
         bound = [
             n
             for n in index.find(cst.Name, within=statement)
-            if not deferred(n)
+            if not self._runs_in_hook(n, hooks)
             and isinstance(self.context.parents.get(n), (cst.AssignTarget, cst.For, cst.FunctionDef, cst.Element))
         ]
-        # at the end of __init__ it may rebind __init__'s own names, unless a closure there reads them later
         late = {n.value for f in index.find((cst.FunctionDef, cst.Lambda), within=init.body) for n in names_read(f)}
-        if init_scope is None or any(n.value in late for n in bound):
+        if self.context.scopes.get(init.body) is None or any(n.value in late for n in bound):
             return "a name it binds is read by a function defined in `__init__`"
         return None
 

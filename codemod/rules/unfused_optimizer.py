@@ -3,6 +3,7 @@ from __future__ import annotations
 import libcst as cst
 
 from codemod.analysis.names import kwarg, positional
+from codemod.analysis.placement import Parameters
 from codemod.analysis.torch_facts import (
     FUSED_CONFLICTS,
     FUSED_DEVICE_TYPES,
@@ -398,62 +399,94 @@ class UnfusedOptimizer(Rule):
 
     def visit_Call(self, node: cst.Call) -> None:
         training = self.context.training
-        classes = training.callee_names(node)
-        if classes is None or not classes <= FUSED_EVERYWHERE or any(arg.star for arg in node.args):
-            written = training.callee_names(node, written=True) if classes is None else None
-            if written and written <= FUSED_EVERYWHERE and not any(arg.star for arg in node.args):
-                self.report(node, self._named_optimizer(node, written))
-            return
-        if any(kwarg(node, name) is not None for name in FUSED_CONFLICTS):
+        classes = self._fusable_classes(node)
+        if classes is None or any(kwarg(node, name) is not None for name in FUSED_CONFLICTS):
             return
         params = kwarg(node, "params") or positional(node, 0)
-        if params is None:
-            return
-        if "torch.optim.SGD" in classes and training.placement.sparse_gradients:
+        if params is None or ("torch.optim.SGD" in classes and training.placement.sparse_gradients):
             return
         found = training.placement.parameters(params.value, node)
-        models, placed = found.sites, found.placed
-        if models is None:
-            if found.untold is not None:
-                why = f"; {found.why}" if found.why else ""
-                self.report(node, UNKNOWN_TENSOR.format(part=_short(self.context.source(found.untold)), why=why))
-            else:
-                self.report(node, UNKNOWN_PARAMETERS)
+        if found.sites is None:
+            self._report_untold_parameters(node, found)
             return
         if found.complex:
             return  # a complex parameter: fused=True would be rejected
-        host = next((model for (model, _), where in zip(models, placed) if where is None), None)
-        moved = [model for model in placed if model is not None]
-        if host is not None and moved and not any(model.split for model in moved) and self._may_be_cuda(moved):
+        host = self._host_beside_device(found)
+        if host is not None:
             self.report(node, MIXED.format(part=_short(self.context.source(host))))
             return
-        if models and all(training.trainer_placed(model, at) is not None for model, at in models):
+        if found.sites and all(training.trainer_placed(model, at) is not None for model, at in found.sites):
             # `self` of a LightningModule in its `configure_optimizers()`: already on the trainer's device
             self._fuse(node, LAUNCHED.format(device="self.device"), cst.parse_expression(_guard("self.device.type")))
             return
-        if any(model is None or model.split for model in placed):
-            prepare = training.placement.prepared_by(node)
-            if prepare is not None and not any(model is not None and model.split for model in placed):
-                engine = prepare.func.value if isinstance(prepare.func, cst.Attribute) else None
-                guard = self._engine_guard(engine, node) if engine is not None else None
-                if guard is not None:
-                    self._fuse(node, LAUNCHED.format(device=f"{engine.value}.device"), guard)
-                else:
-                    self.report(node, PREPARED.format(prepare=self.context.source(prepare.func)))
-            elif not moved and all(training.placement.stays_on_host(found, model) for model, _ in models):
-                self._fuse(node, HOST)
-            elif found.untold is not None:
-                self.report(
-                    node, UNKNOWN_TENSOR.format(part=_short(self.context.source(found.untold)), why=f"; {found.why}")
-                )
-            return  # moved after the optimizer is built, or spread over devices
-        devices = {training.code(model.device) if model.device is not None else _moved_to(model) for model in placed}
+        if any(model is None or model.split for model in found.placed):
+            self._fuse_unplaced(node, found)
+            return
+        self._fuse_on_one_device(node, found.placed)
+
+    def _fusable_classes(self, node: cst.Call) -> frozenset[str] | None:
+        """The optimizer classes `node` builds when all have fused kernels and no `*args`
+        hides a keyword; None otherwise, after reporting an optimizer named on the command
+        line whose default has them."""
+        training = self.context.training
+        classes = training.callee_names(node)
+        starred = any(arg.star for arg in node.args)
+        if classes is not None and classes <= FUSED_EVERYWHERE and not starred:
+            return classes
+        written = training.callee_names(node, written=True) if classes is None else None
+        if written and written <= FUSED_EVERYWHERE and not starred:
+            self.report(node, self._named_optimizer(node, written))
+        return None
+
+    def _report_untold_parameters(self, node: cst.Call, found: Parameters) -> None:
+        """The parameters are not all parameters of models the analysis follows."""
+        if found.untold is None:
+            self.report(node, UNKNOWN_PARAMETERS)
+            return
+        why = f"; {found.why}" if found.why else ""
+        self.report(node, UNKNOWN_TENSOR.format(part=_short(self.context.source(found.untold)), why=why))
+
+    def _host_beside_device(self, found: Parameters) -> cst.CSTNode | None:
+        """A model left on the host while the others move, unsplit, to a device that may be CUDA."""
+        host = next((model for (model, _), where in zip(found.sites, found.placed) if where is None), None)
+        moved = [model for model in found.placed if model is not None]
+        if host is not None and moved and not any(model.split for model in moved) and self._may_be_cuda(moved):
+            return host
+        return None
+
+    def _fuse_unplaced(self, node: cst.Call, found: Parameters) -> None:
+        """Fuse (or say why not) where a model is not moved before the optimizer is built, or
+        is spread over devices: a device the launcher's `prepare()` picks, or the host."""
+        training = self.context.training
+        placed = found.placed
+        prepare = training.placement.prepared_by(node)
+        if prepare is not None and not any(model is not None and model.split for model in placed):
+            self._fuse_prepared(node, prepare)
+        elif all(model is None for model in placed) and all(
+            training.placement.stays_on_host(found, model) for model, _ in found.sites
+        ):
+            self._fuse(node, HOST)
+        elif found.untold is not None:
+            self.report(
+                node, UNKNOWN_TENSOR.format(part=_short(self.context.source(found.untold)), why=f"; {found.why}")
+            )
+
+    def _fuse_prepared(self, node: cst.Call, prepare: cst.Call) -> None:
+        """The model is moved by the engine's `prepare()`: fused where its device is CUDA or the CPU."""
+        engine = prepare.func.value if isinstance(prepare.func, cst.Attribute) else None
+        guard = self._engine_guard(engine, node) if engine is not None else None
+        if guard is not None:
+            self._fuse(node, LAUNCHED.format(device=f"{engine.value}.device"), guard)
+        else:
+            self.report(node, PREPARED.format(prepare=self.context.source(prepare.func)))
+
+    def _fuse_on_one_device(self, node: cst.Call, placed: list[Model]) -> None:
+        """Every model is moved to one device: fused where its types all have fused kernels,
+        guarded by the device's type where it may be another."""
+        devices = {self._device_code(model) for model in placed}
         if len(devices) > 1:
             return
-        types = [
-            training.device_types(model.device) if model.device is not None else frozenset({_moved_to(model)})
-            for model in placed
-        ]
+        types = [self._device_types_of(model) for model in placed]
         if all(t is not None for t in types):
             known = frozenset().union(*types)
             if known <= FUSED_DEVICE_TYPES:
@@ -463,7 +496,12 @@ class UnfusedOptimizer(Rule):
                 return  # a device without fused kernels (XLA, ...)
         elif not frozenset().union(*(model.places for model in placed)) & {Place.CUDA, Place.UNKNOWN}:
             return
-        device = placed[0].device
+        self._fuse_guarded(node, placed[0].device, devices)
+
+    def _fuse_guarded(self, node: cst.Call, device: cst.BaseExpression | None, devices: set[str]) -> None:
+        """Fuse under a test of the device's type (one the launcher picks, or one the script
+        sets as written), or say the device cannot be told."""
+        training = self.context.training
         engine = self._launched(device) if device is not None else None
         guard = self._engine_guard(engine, node, device) if engine is not None else None
         if guard is not None:
@@ -476,6 +514,16 @@ class UnfusedOptimizer(Rule):
             return
         why = training.placement.untold_device(device)
         self.report(node, UNKNOWN_DEVICE.format(device=devices.pop(), why=f": {why}" if why else ""))
+
+    def _device_code(self, model: Model) -> str:
+        """How the script spells the device `model` is moved to."""
+        return self.context.training.code(model.device) if model.device is not None else _moved_to(model)
+
+    def _device_types_of(self, model: Model) -> frozenset[str] | None:
+        """The device types `model` may be moved to; None when they cannot be told."""
+        if model.device is None:
+            return frozenset({_moved_to(model)})
+        return self.context.training.device_types(model.device)
 
     def _launched(self, device: cst.BaseExpression) -> cst.Name | None:
         """The training engine (`accelerator` of `accelerator = Accelerator()`, a Fabric) whose
@@ -550,9 +598,8 @@ class UnfusedOptimizer(Rule):
         self.report(node, message, edits=[AddKeyword(node, "fused", value or cst.Name("True"))])
 
     def _may_be_cuda(self, placed: list[Model]) -> bool:
-        training = self.context.training
         for model in placed:
-            types = training.device_types(model.device) if model.device is not None else frozenset({_moved_to(model)})
+            types = self._device_types_of(model)
             if types is None:
                 if model.places & {Place.CUDA, Place.UNKNOWN}:
                     return True

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import libcst as cst
+from libcst.metadata import Assignment
 
 from codemod.analysis import match as m
 from codemod.analysis.grad_resets import assigns_grads, grad_resets, is_not_none_check, is_plain_reference
@@ -202,22 +203,13 @@ class ZeroFilledGradients(Rule):
         if not isinstance(comp, (cst.ListComp, cst.GeneratorExp, cst.SetComp)) or comp.for_in.inner_for_in is not None:
             return
         loop = comp.for_in
-        if (
-            not isinstance(loop.target, cst.Name)
-            or not isinstance(loop.iter, cst.Call)
-            or method_name(loop.iter) != "parameters"
-            or loop.iter.args
-        ):
+        receiver = self._parameters_receiver(loop)
+        if receiver is None:
             return
-        receiver, name = loop.iter.func.value, loop.target.value
+        name = loop.target.value
         checks = cst.IndentedBlock([cst.SimpleStatementLine([cst.Expr(comp.elt)])])
         if any(not is_not_none_check(c.test, name) for c in loop.ifs) or not grad_resets(self.context).resets(
             checks, name
-        ):
-            return
-        if not is_plain_reference(receiver) or self.context.kinds.fact(receiver).kind not in (
-            Kind.MODULE,
-            Kind.UNKNOWN,
         ):
             return
         self._decide(comp, _zero_grad_call(receiver), manual=True)  # the line keeps its comments
@@ -247,28 +239,55 @@ class ZeroFilledGradients(Rule):
         values = self.context.bindings.values(grads) or []
         if len(assignments) != 1 or len(values) != 1:
             return
-        comp = values[0]
-        if not (
-            isinstance(comp, cst.ListComp)
-            and comp.for_in.inner_for_in is None
-            and isinstance(comp.for_in.target, cst.Name)
-            and isinstance(comp.for_in.iter, cst.Call)
-            and method_name(comp.for_in.iter) == "parameters"
-            and not comp.for_in.iter.args
-            and m.matches(comp.elt, m.Attribute(value=m.Name(comp.for_in.target.value), attr=m.Name("grad")))
-            and all(is_not_none_check(c.test, comp.for_in.target.value) for c in comp.for_in.ifs)
-        ):
+        receiver = self._gradients_receiver(values[0])
+        if receiver is None:
             return
-        receiver = comp.for_in.iter.func.value
+        site, extra = self._foreach_site(grads, line, assignments[0])
+        if site is line:  # the call only: the line keeps its comments
+            self._decide(node, _zero_grad_call(receiver), manual=True, extra=extra)
+        else:
+            self._decide(site, _zero_grad_line(receiver, site), manual=True, extra=extra)
+
+    def _parameters_receiver(self, loop: cst.CompFor) -> cst.BaseExpression | None:
+        """`model` of `for p in model.parameters()`, a plain reference to a module (or
+        something unknown); None for any other loop."""
+        if (
+            not isinstance(loop.target, cst.Name)
+            or not isinstance(loop.iter, cst.Call)
+            or method_name(loop.iter) != "parameters"
+            or loop.iter.args
+        ):
+            return None
+        receiver = loop.iter.func.value
         if not is_plain_reference(receiver) or self.context.kinds.fact(receiver).kind not in (
             Kind.MODULE,
             Kind.UNKNOWN,
         ):
-            return
-        built = self.context.bindings.statement(assignments[0].node)
-        built_line = self.context.parents.get(built)
+            return None
+        return receiver
+
+    def _gradients_receiver(self, value: cst.BaseExpression) -> cst.BaseExpression | None:
+        """`model` of `[p.grad for p in model.parameters() if p.grad is not None]`; None
+        for any other value."""
+        if not isinstance(value, cst.ListComp) or value.for_in.inner_for_in is not None:
+            return None
+        loop = value.for_in
+        receiver = self._parameters_receiver(loop)
+        if receiver is None:
+            return None
+        name = loop.target.value
+        if not m.matches(value.elt, m.Attribute(value=m.Name(name), attr=m.Name("grad"))):
+            return None
+        return receiver if all(is_not_none_check(c.test, name) for c in loop.ifs) else None
+
+    def _foreach_site(
+        self, grads: cst.Name, line: cst.SimpleStatementLine, assignment: Assignment
+    ) -> tuple[cst.CSTNode, list[Remove]]:
+        """What the fix replaces (the fill's line, or `if grads:` around it) and the edits
+        beside it (removing the line that builds the list of gradients, when that list is
+        only built for the fill)."""
+        built_line = self.context.parents.get(self.context.bindings.statement(assignment.node))
         guard = self.context.parents.get(self.context.parents.get(line))
-        uses = [a.node for a in assignments[0].references]
         site: cst.CSTNode = line
         if (
             isinstance(guard, cst.If)
@@ -279,20 +298,14 @@ class ZeroFilledGradients(Rule):
             and guard.test.value == grads.value
         ):
             site = guard  # `if grads: torch._foreach_zero_(grads)` goes whole
-        extra = []
         if (
-            all(self.context.inside(use, site) for use in uses)
+            all(self.context.inside(reference.node, site) for reference in assignment.references)
             and isinstance(built_line, cst.SimpleStatementLine)
             and len(built_line.body) == 1
             and isinstance(self.context.parents.get(built_line), cst.IndentedBlock)
         ):
-            extra.append(Remove(built_line))  # the list of gradients is only built for the fill
-        elif site is guard:
-            site = line
-        if site is line:  # the call only: the line keeps its comments
-            self._decide(node, _zero_grad_call(receiver), manual=True, extra=extra)
-        else:
-            self._decide(site, _zero_grad_line(receiver, site), manual=True, extra=extra)
+            return site, [Remove(built_line)]  # the list of gradients is only built for the fill
+        return line, []
 
     def visit_For(self, node: cst.For) -> None:
         receiver = grad_resets(self.context).reset_loop_receiver(node)

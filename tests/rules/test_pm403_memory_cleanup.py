@@ -111,3 +111,29 @@ print(f"loss {float(cpu_steps)!r}")
         "    if not torch.cuda.is_available():\n",
     )
     assert torch.equal(losses(new), losses(source))
+
+
+def test_a_cleanup_in_an_except_handler_of_a_helper_the_loop_calls_is_left_alone():
+    # Clean-up after an error in the helper, not on every step: no finding, and the
+    # file is analysed (not left unchanged by an internal error).
+    source = """\
+import gc
+import torch
+model = torch.nn.Linear(8, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+data = [(torch.randn(4, 8), torch.randn(4, 1)) for _ in range(3)]
+def tidy():
+    try:
+        pass
+    except RuntimeError:
+        gc.collect()
+for x, y in data:
+    loss = torch.nn.functional.mse_loss(model(x), y)
+    loss.backward()
+    opt.step()
+    opt.zero_grad()
+    tidy()
+"""
+    result = process_source(source.encode(), "<test>", Settings(select=("PM403",)), [MemoryCleanupInStepLoop])
+    assert result.error is None
+    assert result.findings == []
