@@ -965,7 +965,7 @@ class Layouts:
     def _stacked_call_shape(self, call: cst.Call, name: str, depth: int):
         """`torch.stack([...])` of one comprehension (see `_stacked_shape`)."""
         arguments = _positional_values(call)
-        if len(call.args) == 1 and isinstance(arguments[0], cst.ListComp):
+        if len(call.args) == 1 and arguments and isinstance(arguments[0], cst.ListComp):
             return self._stacked_shape(arguments[0], depth)
         return None
 
