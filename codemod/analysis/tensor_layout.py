@@ -113,7 +113,7 @@ def front_dim_read(context: FileContext, function: cst.FunctionDef) -> cst.CSTNo
             if node.attr.value == "T":
                 return node
         elif isinstance(node, cst.Subscript):
-            if not _indexes_from_end(context, node):
+            if not _leaves_front_dims(context, node):
                 return node
         elif not _keeps_leading_dims(context, node, owner):
             return node
@@ -125,7 +125,7 @@ def _loops_over_parameter(context: FileContext, loop: cst.For) -> bool:
     return isinstance(loop.iter, cst.Name) and context.bindings.param_of(loop.iter) is not None
 
 
-def _indexes_from_end(context: FileContext, subscript: cst.Subscript) -> bool:
+def _leaves_front_dims(context: FileContext, subscript: cst.Subscript) -> bool:
     """Does `subscript` leave the front dims alone: `x[..., 0]`, `x.shape[-1]`, or an index
     into a `torch.arange` built here (one dim, whatever the input's rank)?"""
     first = subscript.slice[0].slice
@@ -167,7 +167,7 @@ def _dims_from_end(call: cst.Call, known: set[str], method: str | None) -> bool:
     `x.size(-2)`)? A default dim (0 or every dim) does not."""
     if method in RESHAPING_METHODS or method == "permute" or known & {"torch.reshape", "torch.permute"}:
         return False  # a shape or an order of every dim, the batch's among them
-    arguments = [a.value for a in call.args if a.keyword is None]
+    arguments = _positional_values(call)
     # a function's first argument is its tensor (or tensors); a split's is a size
     skip = 1 if method is None or method in SPLITTING_METHODS else 0
     dims = arguments[skip:] + [
