@@ -993,33 +993,7 @@ class StepReads:
         keys and number values, or a `defaultdict(float)`): one per key that a step adds
         synced values to, all its keys, and where it is read whole (`.items()`), if it is.
         Raises unless every use of the dict is an item with a constant key or such a read."""
-        literals: dict[tuple, list] = {}
-        defaults: list = []
-        keys: set = set()
-        for binding in scope.assignments[name]:
-            node = binding.node
-            statement = self.a.binding_statement(node)
-            value = self.a.assigned_value(node)
-            single = isinstance(statement, cst.AnnAssign) or (
-                isinstance(statement, cst.Assign) and len(statement.targets) == 1
-            )
-            if not self.a.in_own_scope(node, scope) or not single or value is None:
-                raise Kept(f"`{name}` is also bound at line {self.a.line(node)}, not to a dict literal")
-            if isinstance(value, cst.Dict):
-                for element in value.elements:
-                    item_key = _literal_key(element.key) if isinstance(element, cst.DictElement) else None
-                    if item_key is None or not isinstance(element.value, (cst.Integer, cst.Float)):
-                        raise Kept(
-                            f"`{name}` starts at line {self.a.line(node)} with items that are not constant keys "
-                            f"with number values"
-                        )
-                    keys.add(item_key)
-                    literals.setdefault(item_key, []).append((element.value, element.value))
-            else:
-                default = self._defaultdict_start(value)
-                if default is None:
-                    raise Kept(f"`{name}` is bound at line {self.a.line(node)} to something other than a dict literal")
-                defaults.append((value, default))
+        literals, defaults, keys = self._dict_starts(scope, name)
         accumulations: dict[tuple, list] = {}
         reads: dict[tuple, list] = {}
         whole: list[cst.BaseExpression] = []
@@ -1031,24 +1005,7 @@ class StepReads:
             item_key = _constant_key(parent) if isinstance(parent, cst.Subscript) and parent.value is use else None
             if item_key is not None:
                 keys.add(item_key)
-                if not self.a.is_written(parent):
-                    reads.setdefault(item_key, []).append(parent)
-                    continue
-                statement = self.a.binding_statement(parent)
-                if (
-                    isinstance(statement, cst.AugAssign)
-                    and isinstance(statement.operator, cst.AddAssign)
-                    and self.a.inside(statement, self.loop.body)
-                ):
-                    accumulations.setdefault(item_key, []).append(statement)
-                elif (
-                    isinstance(statement, cst.Assign)
-                    and len(statement.targets) == 1
-                    and isinstance(statement.value, (cst.Integer, cst.Float))
-                ):
-                    literals.setdefault(item_key, []).append((statement.value, statement.value))
-                else:
-                    raise Kept(f"`{self.a.code(parent)}` is also changed at line {self.a.line(parent)}")
+                self._dict_item_use(parent, item_key, literals, accumulations, reads)
                 continue
             values = self._whole_read(use)
             if values is None:
@@ -1069,6 +1026,69 @@ class StepReads:
             total.allow_self, total.key = False, item_key
             sums.append(total)
         return sums, keys, whole_read
+
+    def _dict_starts(self, scope, name: str) -> tuple[dict[tuple, list], list, set]:
+        """What the dict `name` starts as, at each of its bindings: the number literal of each
+        key (by key), the number every key of a `defaultdict` starts at, and the keys written.
+        Raises for a binding to anything else."""
+        literals: dict[tuple, list] = {}
+        defaults: list = []
+        keys: set = set()
+        for binding in scope.assignments[name]:
+            node = binding.node
+            statement = self.a.binding_statement(node)
+            value = self.a.assigned_value(node)
+            single = isinstance(statement, cst.AnnAssign) or (
+                isinstance(statement, cst.Assign) and len(statement.targets) == 1
+            )
+            if not self.a.in_own_scope(node, scope) or not single or value is None:
+                raise Kept(f"`{name}` is also bound at line {self.a.line(node)}, not to a dict literal")
+            if isinstance(value, cst.Dict):
+                for item_key, number in self._dict_literal_items(name, node, value):
+                    keys.add(item_key)
+                    literals.setdefault(item_key, []).append((number, number))
+                continue
+            default = self._defaultdict_start(value)
+            if default is None:
+                raise Kept(f"`{name}` is bound at line {self.a.line(node)} to something other than a dict literal")
+            defaults.append((value, default))
+        return literals, defaults, keys
+
+    def _dict_literal_items(self, name: str, node: cst.CSTNode, value: cst.Dict) -> list[tuple]:
+        """(key, number) of each item of the dict literal `name` is bound to at `node`; raises
+        for an item that is not a constant key with a number value."""
+        items = []
+        for element in value.elements:
+            item_key = _literal_key(element.key) if isinstance(element, cst.DictElement) else None
+            if item_key is None or not isinstance(element.value, (cst.Integer, cst.Float)):
+                raise Kept(
+                    f"`{name}` starts at line {self.a.line(node)} with items that are not constant keys "
+                    f"with number values"
+                )
+            items.append((item_key, element.value))
+        return items
+
+    def _dict_item_use(self, item: cst.Subscript, item_key: tuple, literals: dict, accumulations: dict, reads: dict):
+        """Record a use of the item `d[key]`: a read, an addition in the step (`+=`), or a
+        number literal set; raises for any other change of it."""
+        if not self.a.is_written(item):
+            reads.setdefault(item_key, []).append(item)
+            return
+        statement = self.a.binding_statement(item)
+        if (
+            isinstance(statement, cst.AugAssign)
+            and isinstance(statement.operator, cst.AddAssign)
+            and self.a.inside(statement, self.loop.body)
+        ):
+            accumulations.setdefault(item_key, []).append(statement)
+        elif (
+            isinstance(statement, cst.Assign)
+            and len(statement.targets) == 1
+            and isinstance(statement.value, (cst.Integer, cst.Float))
+        ):
+            literals.setdefault(item_key, []).append((statement.value, statement.value))
+        else:
+            raise Kept(f"`{self.a.code(item)}` is also changed at line {self.a.line(item)}")
 
     def _defaultdict_start(self, value: cst.BaseExpression) -> cst.BaseExpression | None:
         """The number every key of `defaultdict(float)` / `defaultdict(int)` starts at."""
@@ -1201,8 +1221,25 @@ class StepReads:
 
     def _plan_sum(self, total: _Sum, carriers: dict[int, _Carrier], replaces: dict, deferrals: list) -> str:
         """Check one running sum and add its edits; returns the wrapper its reads get."""
+        terms = self._sum_terms(total, carriers)
+        int_sum = self._is_int_sum(total, terms, carriers)
+        if not int_sum:
+            self._check_float_sum(total, terms, carriers)
+        for use in total.reads:
+            self._check_read(use, total, int_sum)
+        self._replace_terms(terms, carriers, replaces, int_sum)
+        wrapper = AS_INT if int_sum else AS_FLOAT
+        for use in total.reads:
+            replaces[id(use)] = (use, wrapper)
+        deferrals.extend(self._sum_deferrals(total, terms, carriers, int_sum))
+        return wrapper
+
+    def _sum_terms(self, total: _Sum, carriers: dict[int, _Carrier]) -> list[tuple[cst.CSTNode, bool]]:
+        """(term, bare) for each sync, carrier read or call of a function that returns a sync
+        the sum's accumulations add (bare when it is the whole added value); raises where an
+        accumulation adds none, or the fix cannot change what a term's function returns."""
         syncs = self.reads()
-        terms = []  # (sync call or carrier read, bare): bare when it is the whole added value
+        terms = []
         for accumulation in total.accumulations:
             found = [s for s in syncs if self.a.inside(s, accumulation)]
             carried = [read for read in names_read(accumulation.value) if id(read) in carriers]
@@ -1216,72 +1253,91 @@ class StepReads:
             elsewhere = self._called_elsewhere(term)
             if elsewhere is not None:
                 raise Kept(elsewhere)
+        return terms
 
-        def sync_of(term: cst.CSTNode) -> cst.Call:
-            if id(term) in carriers:
-                return carriers[id(term)].sync
-            return (self._returned_by(term) or [term])[0]
+    def _term_sync(self, term: cst.CSTNode, carriers: dict[int, _Carrier]) -> cst.Call:
+        """The sync a term adds: itself, its carrier's, or the first its function returns."""
+        if id(term) in carriers:
+            return carriers[id(term)].sync
+        return (self._returned_by(term) or [term])[0]
 
-        def dtype_of(term: cst.CSTNode) -> str | None:
-            returned = self._returned_by(term)
-            if returned is not None:
-                found = {self._term_dtype(s) for s in returned}
-                return found.pop() if len(found) == 1 else None
-            return self._term_dtype(sync_of(term))
+    def _added_dtype(self, term: cst.CSTNode, carriers: dict[int, _Carrier]) -> str | None:
+        """The dtype of what a term adds (FLOAT, INT64), or None when it is not known."""
+        returned = self._returned_by(term)
+        if returned is not None:
+            found = {self._term_dtype(s) for s in returned}
+            return found.pop() if len(found) == 1 else None
+        return self._term_dtype(self._term_sync(term, carriers))
 
+    def _is_int_sum(self, total: _Sum, terms: list, carriers: dict[int, _Carrier]) -> bool:
+        """Does the sum stay an int in Python: int64 terms added whole, to int literals? It
+        is then kept as an int64 count on the device."""
         literal_kinds = {type(v) for _, v in total.literals}
-        term_dtypes = {dtype_of(t) for t, _ in terms}
-        int_sum = term_dtypes == {INT64} and literal_kinds <= {cst.Integer} and all(bare for _, bare in terms)
-        if not int_sum:
-            if self.a.no_float64:
-                raise Kept("this file may run on MPS or XLA, which have no float64 for the running sum")
-            unknown = [sync_of(t) for t, _ in terms if not self.is_tensor(read_tensor(sync_of(t)))]
-            if unknown:
-                raise Kept(f"perfmod cannot tell that `{self.a.code(unknown[0])}` reads a tensor")
-            if cst.Integer in literal_kinds and term_dtypes != {FLOAT}:
-                unknown = next((sync_of(t) for t, _ in terms if dtype_of(t) is None), None)
-                if unknown is None:
-                    integer = next(sync_of(t) for t, _ in terms if dtype_of(t) != FLOAT)
-                    raise Kept(
-                        f"{total.label} starts as an int, and whether it stays one depends on the arithmetic on "
-                        f"`{self.a.code(integer)}` (an integer), while a sum kept on the device is float64"
-                    )
-                raise Kept(
-                    f"{total.label} starts as an int and perfmod cannot tell whether "
-                    f"`{self.a.code(unknown)}` gives an int or a float"
-                )
-            # A term of known dtype enters the float64 sum through `.double()`: `+ - * /` with
-            # Python numbers then round as Python's do (its integers are exact doubles below 2**53).
-            unknown = next((sync_of(t) for t, bare in terms if not bare and dtype_of(t) is None), None)
-            if unknown is not None:
-                raise Kept(f"perfmod cannot tell whether `{self.a.code(unknown)}` gives an int or a float")
+        term_dtypes = {self._added_dtype(t, carriers) for t, _ in terms}
+        return term_dtypes == {INT64} and literal_kinds <= {cst.Integer} and all(bare for _, bare in terms)
 
-        for use in total.reads:
-            self._check_read(use, total, int_sum)
+    def _check_float_sum(self, total: _Sum, terms: list, carriers: dict[int, _Carrier]) -> None:
+        """A sum kept on the device in float64 gives what Python's float sum gives: raises
+        where perfmod cannot tell it would."""
+        if self.a.no_float64:
+            raise Kept("this file may run on MPS or XLA, which have no float64 for the running sum")
+        syncs = [self._term_sync(t, carriers) for t, _ in terms]
+        unknown = [sync for sync in syncs if not self.is_tensor(read_tensor(sync))]
+        if unknown:
+            raise Kept(f"perfmod cannot tell that `{self.a.code(unknown[0])}` reads a tensor")
+        self._check_int_start(total, terms, carriers)
+        # A term of known dtype enters the float64 sum through `.double()`: `+ - * /` with
+        # Python numbers then round as Python's do (its integers are exact doubles below 2**53).
+        unknown = next(
+            (sync for sync, (t, bare) in zip(syncs, terms) if not bare and self._added_dtype(t, carriers) is None), None
+        )
+        if unknown is not None:
+            raise Kept(f"perfmod cannot tell whether `{self.a.code(unknown)}` gives an int or a float")
 
+    def _check_int_start(self, total: _Sum, terms: list, carriers: dict[int, _Carrier]) -> None:
+        """A sum that starts as an int becomes a float only where a float is added: raises
+        unless every term is one."""
+        dtypes = [self._added_dtype(t, carriers) for t, _ in terms]
+        if not any(isinstance(v, cst.Integer) for _, v in total.literals) or set(dtypes) == {FLOAT}:
+            return
+        syncs = [self._term_sync(t, carriers) for t, _ in terms]
+        unknown = next((sync for sync, dtype in zip(syncs, dtypes) if dtype is None), None)
+        if unknown is None:
+            integer = next(sync for sync, dtype in zip(syncs, dtypes) if dtype != FLOAT)
+            raise Kept(
+                f"{total.label} starts as an int, and whether it stays one depends on the arithmetic on "
+                f"`{self.a.code(integer)}` (an integer), while a sum kept on the device is float64"
+            )
+        raise Kept(
+            f"{total.label} starts as an int and perfmod cannot tell whether "
+            f"`{self.a.code(unknown)}` gives an int or a float"
+        )
+
+    def _replace_terms(self, terms: list, carriers: dict[int, _Carrier], replaces: dict, int_sum: bool) -> None:
+        """What each term becomes: the tensor it reads (an int64 count for an int sum), in
+        the function that returns it; a carrier's int64 count converted for a float sum."""
         device = AS_COUNT if int_sum else AS_TENSOR
         for term, _ in terms:
-            if self._returned_by(term) is not None:
-                for returned in self._returned_by(term):  # the function returns the tensor
-                    replaces[id(returned)] = (returned, device)
-                continue
-            if id(term) in carriers:
-                if not int_sum and self._term_dtype(sync_of(term)) != FLOAT:
+            returned = self._returned_by(term)
+            if returned is not None:
+                for sync in returned:  # the function returns the tensor
+                    replaces[id(sync)] = (sync, device)
+            elif id(term) in carriers:
+                if not int_sum and self._term_dtype(self._term_sync(term, carriers)) != FLOAT:
                     # an int64 count added to a float64 sum: as Python does, in double
                     replaces[id(term)] = (term, AS_DOUBLE)
-                continue
-            replaces[id(term)] = (term, device)
-        wrapper = AS_INT if int_sum else AS_FLOAT
-        for use in total.reads:
-            replaces[id(use)] = (use, wrapper)
+            else:
+                replaces[id(term)] = (term, device)
+
+    def _sum_deferrals(self, total: _Sum, terms: list, carriers: dict[int, _Carrier], int_sum: bool) -> list:
+        """The deferral of each term: a sync summed on the device, or returned by a function
+        as a tensor (a carrier's is its own)."""
+        inside = [self.a.inside(r, self.loop) for r in total.reads]
         places = tuple(
-            place
-            for place, found in (
-                ("at log time", any(self.a.inside(r, self.loop) for r in total.reads)),
-                ("outside the loop", any(not self.a.inside(r, self.loop) for r in total.reads)),
-            )
-            if found
+            place for place, found in (("at log time", any(inside)), ("outside the loop", not all(inside))) if found
         )
+        holder = total.label.strip("`")
+        deferrals = []
         for term, _ in terms:
             returned = self._returned_by(term)
             if returned is not None:
@@ -1289,24 +1345,22 @@ class StepReads:
                 exported = not function.name.value.startswith("_") and not any(
                     isinstance(a, cst.FunctionDef) for a in self.a.ancestors(function)
                 )
-                for sync in returned:
-                    deferrals.append(
-                        Deferral(
-                            RETURNED,
-                            sync,
-                            holder=total.label.strip("`"),
-                            int_sum=int_sum,
-                            places=places,
-                            call=term,
-                            function=function,
-                            exported=exported,
-                        )
+                deferrals += [
+                    Deferral(
+                        RETURNED,
+                        sync,
+                        holder=holder,
+                        int_sum=int_sum,
+                        places=places,
+                        call=term,
+                        function=function,
+                        exported=exported,
                     )
-                continue
-            if id(term) in carriers:
-                continue
-            deferrals.append(Deferral(SUMMED, term, holder=total.label.strip("`"), int_sum=int_sum, places=places))
-        return wrapper
+                    for sync in returned
+                ]
+            elif id(term) not in carriers:
+                deferrals.append(Deferral(SUMMED, term, holder=holder, int_sum=int_sum, places=places))
+        return deferrals
 
     def _called_elsewhere(self, term: cst.CSTNode) -> str | None:
         """Where another module of the project calls the function whose returned sync
@@ -1502,38 +1556,47 @@ def _impure_part(loop: StepReads, expr: cst.BaseExpression) -> cst.CSTNode | Non
     """The first part of `expr` that may have a side effect, or None."""
     if isinstance(expr, (cst.Name, cst.Integer, cst.Float, cst.SimpleString)):
         return None
-    if isinstance(expr, cst.Attribute):
-        return _impure_part(loop, expr.value)
-    if isinstance(expr, cst.Subscript):
-        return next((bad for bad in (_impure_part(loop, p) for p in subscript_parts(expr)) if bad is not None), None)
-    if isinstance(expr, (cst.BinaryOperation, cst.BooleanOperation)):
-        return _impure_part(loop, expr.left) or _impure_part(loop, expr.right)
-    if isinstance(expr, cst.Comparison):
-        parts = [expr.left, *(c.comparator for c in expr.comparisons)]
-        return next((bad for bad in (_impure_part(loop, p) for p in parts) if bad is not None), None)
-    if isinstance(expr, cst.UnaryOperation):
-        return _impure_part(loop, expr.expression)
-    if isinstance(expr, (cst.Tuple, cst.List)):
-        return next((bad for bad in (_impure_part(loop, e.value) for e in expr.elements) if bad is not None), None)
-    if isinstance(expr, cst.FormattedString):
-        # Every `{...}`, those nested in format specs (`{x:{width}}`) too.
-        parts = [p.expression for p in m.findall(expr, m.FormattedStringExpression())]
-        return next((bad for bad in (_impure_part(loop, p) for p in parts) if bad is not None), None)
     if isinstance(expr, cst.Call):
-        if any(arg.star for arg in expr.args):
-            return expr
-        method = method_name(expr)
-        if method is not None:
-            if method not in PURE_TENSOR_METHODS:
-                return expr
-            inner = [expr.func.value]
-        elif loop.a.names.of(expr.func) & (PURE_BUILTINS | PURE_TORCH_FUNCTIONS):
-            inner = []
-        else:
-            return expr
-        inner += [arg.value for arg in expr.args]
-        return next((bad for bad in (_impure_part(loop, p) for p in inner) if bad is not None), None)
-    return expr
+        return _impure_call(loop, expr)
+    parts_of = _PARTS.get(type(expr))
+    return _first_impure(loop, parts_of(expr)) if parts_of is not None else expr
+
+
+def _impure_call(loop: StepReads, call: cst.Call) -> cst.CSTNode | None:
+    """`call` itself unless it is a pure tensor method, builtin or torch function; else the
+    first impure part of its receiver and arguments."""
+    if any(arg.star for arg in call.args):
+        return call
+    method = method_name(call)
+    if method is not None:
+        if method not in PURE_TENSOR_METHODS:
+            return call
+        receiver = [call.func.value]
+    elif loop.a.names.of(call.func) & (PURE_BUILTINS | PURE_TORCH_FUNCTIONS):
+        receiver = []
+    else:
+        return call
+    return _first_impure(loop, [*receiver, *(arg.value for arg in call.args)])
+
+
+def _first_impure(loop: StepReads, parts) -> cst.CSTNode | None:
+    return next((bad for bad in (_impure_part(loop, part) for part in parts) if bad is not None), None)
+
+
+# What runs when an expression of these types does, by its type: it has no side effect beyond
+# its parts' (a call's parts are its receiver and arguments, see `_impure_call`).
+_PARTS = {
+    cst.Attribute: lambda expr: [expr.value],
+    cst.Subscript: subscript_parts,
+    cst.BinaryOperation: lambda expr: [expr.left, expr.right],
+    cst.BooleanOperation: lambda expr: [expr.left, expr.right],
+    cst.Comparison: lambda expr: [expr.left, *(c.comparator for c in expr.comparisons)],
+    cst.UnaryOperation: lambda expr: [expr.expression],
+    cst.Tuple: lambda expr: [e.value for e in expr.elements],
+    cst.List: lambda expr: [e.value for e in expr.elements],
+    # every `{...}`, those nested in format specs (`{x:{width}}`) too
+    cst.FormattedString: lambda expr: [p.expression for p in m.findall(expr, m.FormattedStringExpression())],
+}
 
 
 def _scalar_problem(loop: StepReads, expr: cst.BaseExpression) -> str | None:

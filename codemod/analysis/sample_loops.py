@@ -222,65 +222,81 @@ class SampleLoops:
         if node.orelse is not None or node.asynchronous is not None:
             return None
         iterable, target = node.iter, node.target
-        names = self.context.names
-        code = self.context.module.code_for_node
-        if isinstance(iterable, cst.Call) and not any(a.keyword or a.star for a in iterable.args):
-            args = [a.value for a in iterable.args]
+        args = _plain_arguments(iterable)
+        if args is not None:
+            names = self.context.names
             if names.is_(iterable.func, "range", "builtins.range") and len(args) == 1 and isinstance(target, cst.Name):
-                batch = self.batch_of_size(args[0]) or self._rows_counted(node.body, target.value, args[0])
-                if batch is not None:
-                    loop = SampleLoop(target.value, code(args[0]), batches=[batch])
-                    if self.is_python_sequence(batch):
-                        loop.problem = _python_list(code(batch))
-                    return loop
-                if self._indexes_rows(node.body, target.value):
-                    return SampleLoop(
-                        target.value,
-                        code(args[0]),
-                        problem=f"the loop count `{code(args[0])}` is not "
-                        "visibly the batch size (`len(x)`, `x.size(0)`)",
-                    )
-                return None
+                return self._range_loop(node.body, target.value, args[0])
             if names.is_(iterable.func, "enumerate", "builtins.enumerate") and len(args) == 1:
-                if not (
-                    isinstance(target, cst.Tuple)
-                    and len(target.elements) == 2
-                    and all(isinstance(e.value, cst.Name) for e in target.elements)
-                ):
-                    return None
-                index, row = target.elements[0].value.value, target.elements[1].value
-                return self._rows_loop(index, [row], [args[0]])
+                return self._enumerate_loop(target, args[0])
             if names.is_(iterable.func, "zip", "builtins.zip") and args:
-                elements = target.elements if isinstance(target, (cst.Tuple, cst.List)) else None
-                if (
-                    elements is None
-                    or len(elements) != len(args)
-                    or not all(isinstance(e.value, cst.Name) for e in elements)
-                ):
-                    return None
-                return self._rows_loop(None, [e.value for e in elements], args)
+                return self._zip_loop(target, args)
         if isinstance(target, cst.Name) and isinstance(iterable, (cst.Name, cst.Attribute, cst.Call)):
             return self._rows_loop(None, [target], [iterable])
+        return self._examples_loop(target, iterable)
+
+    def _range_loop(self, body: cst.BaseSuite, index: str, count: cst.BaseExpression) -> SampleLoop | None:
+        """`for i in range(count)`: over the samples when count is a batch's size, or the
+        body takes rows by `i` (reported: the count is not visibly the batch's)."""
+        code = self.context.module.code_for_node
+        batch = self.batch_of_size(count) or self._rows_counted(body, index, count)
+        if batch is not None:
+            loop = SampleLoop(index, code(count), batches=[batch])
+            if self.is_python_sequence(batch):
+                loop.problem = _python_list(code(batch))
+            return loop
+        if self._indexes_rows(body, index):
+            return SampleLoop(
+                index,
+                code(count),
+                problem=f"the loop count `{code(count)}` is not visibly the batch size (`len(x)`, `x.size(0)`)",
+            )
+        return None
+
+    def _enumerate_loop(self, target: cst.BaseAssignTargetExpression, rows: cst.BaseExpression) -> SampleLoop | None:
+        """`for i, row in enumerate(x)`."""
+        if not (
+            isinstance(target, cst.Tuple)
+            and len(target.elements) == 2
+            and all(isinstance(e.value, cst.Name) for e in target.elements)
+        ):
+            return None
+        index, row = target.elements[0].value.value, target.elements[1].value
+        return self._rows_loop(index, [row], [rows])
+
+    def _zip_loop(self, target: cst.BaseAssignTargetExpression, iterables: list) -> SampleLoop | None:
+        """`for a, b in zip(x, y)`: one name for each tensor."""
+        elements = target.elements if isinstance(target, (cst.Tuple, cst.List)) else None
         if (
+            elements is None
+            or len(elements) != len(iterables)
+            or not all(isinstance(e.value, cst.Name) for e in elements)
+        ):
+            return None
+        return self._rows_loop(None, [e.value for e in elements], iterables)
+
+    def _examples_loop(self, target: cst.BaseAssignTargetExpression, iterable: cst.BaseExpression) -> SampleLoop | None:
+        """`for prompt, answer in batch`: examples of a sequence, each unpacked, fed to the
+        model (reported: they may differ in shape)."""
+        if not (
             isinstance(target, (cst.Tuple, cst.List))
             and isinstance(iterable, (cst.Name, cst.Attribute))
             and all(isinstance(e.value, cst.Name) for e in target.elements)
         ):
-            # `for prompt, answer in batch`: examples of a sequence, each unpacked
-            names = [e.value for e in target.elements]
-            if not self._feeds_model(names):
-                return None
-            kind = "a Python list or tuple" if self.is_python_sequence(iterable) else "a sequence"
-            return SampleLoop(
-                None,
-                f"len({code(iterable)})",
-                batches=[iterable],
-                problem=(
-                    f"`{code(iterable)}` is {kind} of examples, each unpacked: they may differ in shape, and the model "
-                    "cannot take them as one batch; collate them into tensors (padded) first"
-                ),
-            )
-        return None
+            return None
+        if not self._feeds_model([e.value for e in target.elements]):
+            return None
+        code = self.context.module.code_for_node
+        kind = "a Python list or tuple" if self.is_python_sequence(iterable) else "a sequence"
+        return SampleLoop(
+            None,
+            f"len({code(iterable)})",
+            batches=[iterable],
+            problem=(
+                f"`{code(iterable)}` is {kind} of examples, each unpacked: they may differ in shape, and the model "
+                "cannot take them as one batch; collate them into tensors (padded) first"
+            ),
+        )
 
     def _rows_loop(
         self, index: str | None, targets: list[cst.Name], iterables: list[cst.BaseExpression]
@@ -604,52 +620,68 @@ class _Batcher:
     def _statements(self, statements, collected) -> None:
         """Batch the statements of one sample: of the loop's body, or of a function of
         the file the loop calls per sample that runs the backward itself."""
-        backward_at = [i for i, s in enumerate(statements) if m.matches(s, BACKWARD)]
-        helper = collected is None and not backward_at and self._calls_step_helper(statements)
-        if collected is None and len(backward_at) != 1 and not helper:
-            raise NotBatchable("it does not end each sample with one plain `loss.backward()`")
-        loss_name = None
-        if backward_at:
-            backward_of = statements[backward_at[0]].value.func.value
-            if isinstance(backward_of, cst.BinaryOperation):
-                if self.samples & {n.value for n in names_read(backward_of.right)}:
-                    raise NotBatchable("the loss is divided by something of the sample")
-                backward_of = backward_of.left
-            loss_name = backward_of.value
+        backward_at, helper = self._backward_at(statements, collected)
+        backward = backward_at[0] if backward_at else None
+        loss_name = self._backward_loss_name(statements[backward]) if backward is not None else None
         bound_here = self._bound_names(statements)
         division = self._division(statements, loss_name, backward_at)
         loss_statement = None
         for position, statement in enumerate(statements):
-            if (backward_at and position == backward_at[0]) or statement is division:
-                continue
-            if self._accumulates(statement, bound_here):
+            if position == backward or statement is division or self._accumulates(statement, bound_here):
                 continue
             if collected is not None and position == len(statements) - 1:
                 self._collect(statement)
                 continue
             if helper and self._keeps_helper_result(statement):
                 continue
-            if not isinstance(statement, cst.Assign) or len(statement.targets) != 1:
-                raise NotBatchable(f"`{self.code(statement).strip()}` runs once per sample")
-            carried = self.context.kinds.carried_reads(self.node, statement.value)
-            if carried:  # `ema = 0.9 * ema + model(x[i:i + 1])`: each sample reads the one before
-                raise NotBatchable(
-                    f"`{carried[0].value}` is handed from one sample to the next "
-                    f"(`{self.code(statement).strip()}`): the samples run in order"
-                )
-            target = statement.targets[0].target
-            if loss_name is not None and isinstance(target, cst.Name) and target.value == loss_name:
-                if loss_statement is not None or (backward_at and position > backward_at[0]):
+            target = self._assignment_target(statement)
+            if loss_name is not None and m.matches(target, m.Name(loss_name)):
+                if loss_statement is not None or (backward is not None and position > backward):
                     raise NotBatchable(f"`{self.code(statement).strip()}` runs once per sample")
                 loss_statement = statement
                 self._loss_statement(statement, division)
                 continue
-            value = self.value(statement.value)
-            self._bind(target, value, statement)
+            self._bind(target, self.value(statement.value), statement)
+        self._check_loss_computed(loss_name, loss_statement, division)
+
+    def _backward_at(self, statements, collected) -> tuple[list[int], bool]:
+        """Where the statements run a plain `loss.backward()`, and whether they run a sample's
+        step through a function of the file instead; raises when they do neither (and do not
+        collect the losses)."""
+        backward_at = [i for i, s in enumerate(statements) if m.matches(s, BACKWARD)]
+        helper = collected is None and not backward_at and self._calls_step_helper(statements)
+        if collected is None and len(backward_at) != 1 and not helper:
+            raise NotBatchable("it does not end each sample with one plain `loss.backward()`")
+        return backward_at, helper
+
+    def _check_loss_computed(self, loss_name: str | None, loss_statement, division) -> None:
+        """The loss the backward reads is computed in the body, before it is divided."""
         if loss_name is not None and loss_statement is None:
             raise NotBatchable(f"`{loss_name}` is not computed in the loop")
         if division is not None and self.context.index.before(division, loss_statement):
             raise NotBatchable(f"`{self.code(division).strip()}` runs once per sample")
+
+    def _backward_loss_name(self, backward: cst.Expr) -> str:
+        """`loss` of `loss.backward()` or `(loss / k).backward()`, k read from no sample."""
+        backward_of = backward.value.func.value
+        if isinstance(backward_of, cst.BinaryOperation):
+            if self.samples & {n.value for n in names_read(backward_of.right)}:
+                raise NotBatchable("the loss is divided by something of the sample")
+            backward_of = backward_of.left
+        return backward_of.value
+
+    def _assignment_target(self, statement) -> cst.BaseAssignTargetExpression:
+        """The one target of `statement`, an assignment that reads no value of the sample
+        before (raises otherwise)."""
+        if not isinstance(statement, cst.Assign) or len(statement.targets) != 1:
+            raise NotBatchable(f"`{self.code(statement).strip()}` runs once per sample")
+        carried = self.context.kinds.carried_reads(self.node, statement.value)
+        if carried:  # `ema = 0.9 * ema + model(x[i:i + 1])`: each sample reads the one before
+            raise NotBatchable(
+                f"`{carried[0].value}` is handed from one sample to the next "
+                f"(`{self.code(statement).strip()}`): the samples run in order"
+            )
+        return statement.targets[0].target
 
     def _keeps_helper_result(self, statement) -> bool:
         """`train_step(model, x[i:i + 1], y[i:i + 1])` with its result unused: batched, True.
@@ -1014,63 +1046,106 @@ class _Batcher:
         args = call.args
         kind = receiver.kind
         if method == "view_as" and len(args) == 1 and args[0].keyword is None and kind in (ROW, ONE, FLAT):
-            # the sample's elements laid out as another tensor of the sample's: for the batch,
-            # the batch's elements (in sample order, as every layout keeps them) as that tensor's
-            shape = self.value(args[0].value)
-            if shape.kind not in (ROW, ONE):
-                return self._reject(call)
-            return PerSample(shape.kind, origin=shape.origin, sequence=shape.sequence, real=receiver.real)
+            return self._viewed_as(call, receiver)
         if method in ("sum", "mean") and kind == ONE and _over_first_dimension(args):
             # over a batch of one: the sample itself, without its batch dimension; for the
             # batch, every sample without the sum
             self.edit(call, lambda updated: updated.func.value)
             return PerSample(ROW, origin=receiver.origin, real=receiver.real or method == "mean")
-        for arg in args:
-            if self.value(arg.value).kind != INV:  # `logits.size(-1)` is a number
-                return self._reject(call)
-        kind = receiver.kind
-        origin = receiver.origin + ("." + method,)
+        if any(self.value(arg.value).kind != INV for arg in args):  # `logits.size(-1)` is a number
+            return self._reject(call)
         if kind in (SUM, MEAN, COUNTED, MODEL_TUPLE):
-            if kind != MODEL_TUPLE and (
-                method in ("detach", "item", "float", "double", "cpu", "clone") or (method == "to" and args)
-            ):
-                return receiver
-            return self._reject(call)
+            return self._number_method(call, receiver)
+        # past here the receiver is a per-sample tensor: ROW, ONE or FLAT
         if method in (ONE_OPERAND_METHODS - {"to", "type"}) or (method == "to" and args):
+            origin = receiver.origin + ("." + method,)
             return PerSample(kind, origin=origin, sequence=receiver.sequence, real=receiver.real, batch=receiver.batch)
-        first = args[0].value if args else None
-        if method == "unsqueeze" and kind == ROW and len(args) == 1 and integer_value(first) == 0:
-            self.edit(call, lambda updated: updated.func.value)  # `row.unsqueeze(0)` -> `batch`
-            return PerSample(ONE, origin=receiver.origin)
-        if method == "squeeze" and kind == ONE and len(args) == 1 and integer_value(first) == 0:
-            self.edit(call, lambda updated: updated.func.value)  # `out.squeeze(0)` -> `out`
-            return PerSample(ROW, origin=receiver.origin)
-        if method in ("view", "reshape") and args and all(a.keyword is None for a in args):
-            leading = integer_value(first)
-            if kind == ROW and leading == 1:  # `row.view(1, -1)` -> `batch.view(batch.size(0), -1)`
-                self.edit(call, _view_batch)
-                return PerSample(ONE, origin=receiver.origin + (self.code(call)[len(self.code(call.func.value)) :],))
-            if leading == -1 and kind in (ROW, ONE, FLAT):
-                if kind == ROW and len(args) != 1:
-                    return self._reject(call)  # `row.view(-1, V)`: the sample's first dimension merged with others
-                return PerSample(FLAT, origin=origin)
+        layout_of = _LAYOUT_METHODS.get(method)
+        return layout_of(self, call, receiver) if layout_of is not None else self._reject(call)
+
+    def _viewed_as(self, call: cst.Call, receiver: PerSample) -> PerSample:
+        """`e.view_as(t)`: the sample's elements laid out as another tensor of the sample's; for
+        the batch, the batch's elements (in sample order, as every layout keeps them) as that
+        tensor's."""
+        shape = self.value(call.args[0].value)
+        if shape.kind not in (ROW, ONE):
             return self._reject(call)
-        if method == "flatten" and (not args or (kind == ONE and [integer_value(a.value) for a in args] == [0, 1])):
-            if kind in (ONE, FLAT) or (kind == ROW and not args):
-                return PerSample(FLAT, origin=origin)
-            return self._reject(call)
-        if method in ("sum", "mean") and not args and kind in (ROW, ONE, FLAT):
-            return self._reduced(call, receiver, method)
-        if method in ("flatten", "transpose") and kind == ONE and args and _past_first_dimension(args):
-            return PerSample(ONE, origin=origin, real=receiver.real)  # dimensions of the sample's own
-        if method == "numel" and not args and kind in (ROW, ONE, FLAT):
-            return PerSample(SUM, origin=origin)
-        if (
-            method == "size"
-            and len(args) == 1
-            and ((integer_value(first) or 0) < 0 or (kind == ONE and (integer_value(first) or 0) >= 1))
+        return PerSample(shape.kind, origin=shape.origin, sequence=shape.sequence, real=receiver.real)
+
+    def _number_method(self, call: cst.Call, receiver: PerSample) -> PerSample:
+        """A method of a per-sample number (SUM, MEAN, COUNTED): a copy, a read or a move of
+        it is the same number."""
+        method = call.func.attr.value
+        if receiver.kind != MODEL_TUPLE and (
+            method in ("detach", "item", "float", "double", "cpu", "clone") or (method == "to" and call.args)
         ):
-            return PerSample(INV)  # a size other than the batch's
+            return receiver
+        return self._reject(call)
+
+    def _unsqueezed(self, call: cst.Call, receiver: PerSample) -> PerSample:
+        """`row.unsqueeze(0)`: a batch of one; for the batch, the batch."""
+        if receiver.kind == ROW and len(call.args) == 1 and integer_value(call.args[0].value) == 0:
+            self.edit(call, lambda updated: updated.func.value)
+            return PerSample(ONE, origin=receiver.origin)
+        return self._reject(call)
+
+    def _squeezed(self, call: cst.Call, receiver: PerSample) -> PerSample:
+        """`out.squeeze(0)` of a batch of one: the sample; for the batch, the batch."""
+        if receiver.kind == ONE and len(call.args) == 1 and integer_value(call.args[0].value) == 0:
+            self.edit(call, lambda updated: updated.func.value)
+            return PerSample(ROW, origin=receiver.origin)
+        return self._reject(call)
+
+    def _viewed(self, call: cst.Call, receiver: PerSample) -> PerSample:
+        """`row.view(1, -1)` (a batch of one: the batch viewed with its own size first), or
+        `out.view(-1, V)` (flattened into the first dimension)."""
+        args, kind = call.args, receiver.kind
+        if not args or any(a.keyword is not None for a in args):
+            return self._reject(call)
+        leading = integer_value(args[0].value)
+        if kind == ROW and leading == 1:  # `row.view(1, -1)` -> `batch.view(batch.size(0), -1)`
+            self.edit(call, _view_batch)
+            return PerSample(ONE, origin=receiver.origin + (self.code(call)[len(self.code(call.func.value)) :],))
+        if leading == -1:
+            if kind == ROW and len(args) != 1:
+                return self._reject(call)  # `row.view(-1, V)`: the sample's first dimension merged with others
+            return PerSample(FLAT, origin=receiver.origin + ("." + call.func.attr.value,))
+        return self._reject(call)
+
+    def _flattened(self, call: cst.Call, receiver: PerSample) -> PerSample:
+        """`out.flatten()` / `out.flatten(0, 1)`: flattened into the first dimension; a
+        flatten of the sample's own dimensions keeps the batch of one."""
+        args, kind = call.args, receiver.kind
+        if not args or (kind == ONE and [integer_value(a.value) for a in args] == [0, 1]):
+            if kind in (ONE, FLAT) or (kind == ROW and not args):
+                return PerSample(FLAT, origin=receiver.origin + (".flatten",))
+            return self._reject(call)
+        return self._own_dimensions_moved(call, receiver)
+
+    def _own_dimensions_moved(self, call: cst.Call, receiver: PerSample) -> PerSample:
+        """`out.transpose(1, 2)`, `out.flatten(1)` of a batch of one: dimensions of the sample's own."""
+        if receiver.kind == ONE and call.args and _past_first_dimension(call.args):
+            return PerSample(ONE, origin=receiver.origin + ("." + call.func.attr.value,), real=receiver.real)
+        return self._reject(call)
+
+    def _total(self, call: cst.Call, receiver: PerSample) -> PerSample:
+        """`e.sum()` / `e.mean()` over every element of a per-sample tensor."""
+        if not call.args:
+            return self._reduced(call, receiver, call.func.attr.value)
+        return self._reject(call)
+
+    def _counted_elements(self, call: cst.Call, receiver: PerSample) -> PerSample:
+        """`e.numel()` of a per-sample tensor: the batch's is the sum of the samples'."""
+        if not call.args:
+            return PerSample(SUM, origin=receiver.origin + (".numel",))
+        return self._reject(call)
+
+    def _sized(self, call: cst.Call, receiver: PerSample) -> PerSample:
+        """`e.size(-1)`, or `out.size(1)` of a batch of one: a size other than the batch's."""
+        args = call.args
+        dim = integer_value(args[0].value) if args else None
+        if len(args) == 1 and ((dim or 0) < 0 or (receiver.kind == ONE and (dim or 0) >= 1)):
+            return PerSample(INV)
         return self._reject(call)
 
     def _reduced(self, call: cst.Call, inner: PerSample, how: str) -> PerSample:
@@ -1081,45 +1156,52 @@ class _Batcher:
 
     def _binary(self, expr: cst.BinaryOperation) -> PerSample:
         left, right = self.value(expr.left), self.value(expr.right)
-        operator = expr.operator
         if left.kind == INV and right.kind == INV:
             return left
-        scalars = (SUM, MEAN)
-        if left.kind in scalars or right.kind in scalars:
-            if left.kind == right.kind and isinstance(operator, (cst.Add, cst.Subtract)):
-                return PerSample(left.kind, origin=("sum",))
-            if isinstance(operator, cst.Add) and {left.kind, right.kind} == {INV, SUM} and (left.zero or right.zero):
-                # `total = 0.0; total = total + part`: the batch's sum is 0 plus the sum of the parts;
-                # the 0 goes where adding it changes nothing (to a floating-point loss)
-                summed = right if left.kind == INV else left
-                if summed.real and self.inlining and self.collect:
-                    # only where the function is written out anyway (see _read_local_loss)
-                    drop = Rewrite(expr, lambda updated: updated.right if left.kind == INV else updated.left)
-                    self.found.append(drop)
-                    self.cosmetic.add(id(drop))
-                return PerSample(SUM, origin=("sum",), real=summed.real)
-            if right.kind == INV and isinstance(operator, (cst.Multiply, cst.Divide)) and _is_scalar(expr.right):
-                return PerSample(left.kind, origin=left.origin, real=left.real or isinstance(operator, cst.Divide))
-            if left.kind == INV and isinstance(operator, cst.Multiply) and _is_scalar(expr.left):
-                return right
-            return self._reject(expr)
+        if left.kind in (SUM, MEAN) or right.kind in (SUM, MEAN):
+            return self._number_arithmetic(expr, left, right)
         if COUNTED in (left.kind, right.kind):
-            if (
-                left.kind == COUNTED
-                and right.kind == INV
-                and isinstance(operator, (cst.Multiply, cst.Divide))
-                and _is_scalar(expr.right)
-            ):
-                return left
-            if (
-                right.kind == COUNTED
-                and left.kind == INV
-                and isinstance(operator, cst.Multiply)
-                and _is_scalar(expr.left)
-            ):
-                return right
-            return self._reject(expr)
+            return self._scaled_counted(expr, left, right)
         return self._elementwise(expr, [left, right])
+
+    def _number_arithmetic(self, expr: cst.BinaryOperation, left: PerSample, right: PerSample) -> PerSample:
+        """A per-sample number (SUM, MEAN) added to one of its kind, added to a starting 0,
+        or scaled by a number."""
+        operator = expr.operator
+        if left.kind == right.kind and isinstance(operator, (cst.Add, cst.Subtract)):
+            return PerSample(left.kind, origin=("sum",))
+        if isinstance(operator, cst.Add) and {left.kind, right.kind} == {INV, SUM} and (left.zero or right.zero):
+            return self._sum_from_zero(expr, left, right)
+        if right.kind == INV and isinstance(operator, (cst.Multiply, cst.Divide)) and _is_scalar(expr.right):
+            return PerSample(left.kind, origin=left.origin, real=left.real or isinstance(operator, cst.Divide))
+        if left.kind == INV and isinstance(operator, cst.Multiply) and _is_scalar(expr.left):
+            return right
+        return self._reject(expr)
+
+    def _sum_from_zero(self, expr: cst.BinaryOperation, left: PerSample, right: PerSample) -> PerSample:
+        """`total = 0.0; total = total + part`: the batch's sum is 0 plus the sum of the parts;
+        the 0 goes where adding it changes nothing (to a floating-point loss)."""
+        summed = right if left.kind == INV else left
+        if summed.real and self.inlining and self.collect:
+            # only where the function is written out anyway (see _read_local_loss)
+            drop = Rewrite(expr, lambda updated: updated.right if left.kind == INV else updated.left)
+            self.found.append(drop)
+            self.cosmetic.add(id(drop))
+        return PerSample(SUM, origin=("sum",), real=summed.real)
+
+    def _scaled_counted(self, expr: cst.BinaryOperation, left: PerSample, right: PerSample) -> PerSample:
+        """A COUNTED loss scaled by a number: `loss * k`, `loss / k`, `k * loss`."""
+        operator = expr.operator
+        if (
+            left.kind == COUNTED
+            and right.kind == INV
+            and isinstance(operator, (cst.Multiply, cst.Divide))
+            and _is_scalar(expr.right)
+        ):
+            return left
+        if right.kind == COUNTED and left.kind == INV and isinstance(operator, cst.Multiply) and _is_scalar(expr.left):
+            return right
+        return self._reject(expr)
 
     def _elementwise(self, expr: cst.BaseExpression, values: list[PerSample]) -> PerSample:
         """An element-wise operation: per-sample tensors of one origin (two outputs of
@@ -1365,6 +1447,22 @@ class _Batcher:
         return _substituted(_single_return(function), texts, edits)
 
 
+# What the methods that change a per-sample tensor's layout (or read a size of it) make of
+# it, by method (the others keep its layout or are not batched).
+_LAYOUT_METHODS = {
+    "unsqueeze": _Batcher._unsqueezed,
+    "squeeze": _Batcher._squeezed,
+    "view": _Batcher._viewed,
+    "reshape": _Batcher._viewed,
+    "flatten": _Batcher._flattened,
+    "transpose": _Batcher._own_dimensions_moved,
+    "sum": _Batcher._total,
+    "mean": _Batcher._total,
+    "numel": _Batcher._counted_elements,
+    "size": _Batcher._sized,
+}
+
+
 def _python_list(name: str) -> str:
     return (
         f"`{name}` is a Python list or tuple: its examples may differ in shape, and the model cannot take it "
@@ -1426,6 +1524,14 @@ def _view_batch(updated: cst.Call) -> cst.Call:
     receiver = cst.Module([]).code_for_node(atom(updated.func.value))
     first = updated.args[0].with_changes(value=cst.parse_expression(f"{receiver}.size(0)"))
     return updated.with_changes(args=[first, *updated.args[1:]])
+
+
+def _plain_arguments(expr: cst.BaseExpression) -> list[cst.BaseExpression] | None:
+    """The arguments of a call given by position, none unpacked (`range(n)`, `zip(x, y)`); None
+    for anything else."""
+    if not isinstance(expr, cst.Call) or any(a.keyword or a.star for a in expr.args):
+        return None
+    return [a.value for a in expr.args]
 
 
 def _split_of_one(iterable: cst.BaseExpression) -> cst.BaseExpression | None:

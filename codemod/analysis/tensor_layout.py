@@ -59,6 +59,7 @@ from codemod.analysis.torch_facts import (
     module_of_chain,
 )
 from codemod.analysis.torch_ops import OPS, Category, functions, methods
+from codemod.analysis.torch_ops import Shape as ShapeRule
 from codemod.analysis.values import values
 
 if TYPE_CHECKING:
@@ -102,63 +103,77 @@ def front_dim_read(context: FileContext, function: cst.FunctionDef) -> cst.CSTNo
     which the caller reads in turn): then an input with one more leading dim gives each of
     its rows what that row gave alone. Only the spelling is read; a `torch.arange` built
     inside (one dim, its size read by the same rules) is indexed as it likes."""
-    names = context.names
     params = function.params.params
     owner = params[0].name.value if params else None
     for node in context.index.find((cst.Call, cst.Subscript, cst.Attribute, cst.For), within=function.body):
         if isinstance(node, cst.For):
-            if isinstance(node.iter, cst.Name) and context.bindings.param_of(node.iter) is not None:
+            if _loops_over_parameter(context, node):
                 return node.iter
-            continue
-        if isinstance(node, cst.Attribute):
+        elif isinstance(node, cst.Attribute):
             if node.attr.value == "T":
                 return node
-            continue
-        if isinstance(node, cst.Subscript):
-            first = node.slice[0].slice
-            if isinstance(first, cst.Index) and isinstance(first.value, cst.Ellipsis):
-                continue
-            values = context.bindings.values(node.value) if isinstance(node.value, cst.Name) else None
-            if values and all(isinstance(v, cst.Call) and names.is_(v.func, "torch.arange") for v in values):
-                continue  # a range built here has one dim, whatever the input's rank
-            if (
-                m.matches(node.value, m.Attribute(attr=m.Name("shape")))
-                and len(node.slice) == 1
-                and isinstance(first, cst.Index)
-                and (integer_value(first.value) or 0) < 0
-            ):
-                continue  # `x.shape[-1]`
+        elif isinstance(node, cst.Subscript):
+            if not _leaves_front_dims(context, node):
+                return node
+        elif not _keeps_leading_dims(context, node, owner):
             return node
-        if m.matches(node.func, m.Attribute(value=m.Name(owner))) and owner is not None:
-            continue  # `self.fc(x)`: a submodule or a method, read by the caller
-        qualified = names.of(node.func)
-        if qualified and all(name.startswith("math.") for name in qualified):
-            continue
-        # `torch.cat(xs, -1).sum` is named `torch.cat.sum`: a method of a value unless the
-        # name is a function this walk knows
-        known = qualified & (_DIM_FUNCTIONS | _LEADING_DIM_FUNCTIONS | LAST_DIM_FUNCTIONS | _PLAIN_BUILTINS)
-        method = node.func.attr.value if isinstance(node.func, cst.Attribute) and not known else None
-        qualified = known
-        if qualified & LAST_DIM_FUNCTIONS or method in LAST_DIM_METHODS:
-            continue
-        if qualified & _DIM_FUNCTIONS or method in _DIM_METHODS:
-            if method in RESHAPING_METHODS or method == "permute" or qualified & {"torch.reshape", "torch.permute"}:
-                return node  # a shape or an order of every dim, the batch's among them
-            positional = [a for a in node.args if a.keyword is None]
-            # a function's first argument is its tensor (or tensors); a split's is a size
-            skip = 1 if method is None or method in SPLITTING_METHODS else 0
-            dims = [a.value for a in positional[skip:]] + [
-                a.value
-                for a in node.args
-                if a.keyword is not None and a.keyword.value.startswith(("dim", "start", "end"))
-            ]
-            if not dims or any((integer_value(d) if integer_value(d) is not None else 0) >= 0 for d in dims):
-                return node  # a dim counted from the front, not a literal, or the default (0 or every dim)
-            continue
-        if qualified & (_LEADING_DIM_FUNCTIONS | _PLAIN_BUILTINS) or method in _LEADING_DIM_METHODS:
-            continue
-        return node
     return None
+
+
+def _loops_over_parameter(context: FileContext, loop: cst.For) -> bool:
+    """`for row in x` over a parameter: its dim 0, the batch's once it has one more."""
+    return isinstance(loop.iter, cst.Name) and context.bindings.param_of(loop.iter) is not None
+
+
+def _leaves_front_dims(context: FileContext, subscript: cst.Subscript) -> bool:
+    """Does `subscript` leave the front dims alone: `x[..., 0]`, `x.shape[-1]`, or an index
+    into a `torch.arange` built here (one dim, whatever the input's rank)?"""
+    first = subscript.slice[0].slice
+    if isinstance(first, cst.Index) and isinstance(first.value, cst.Ellipsis):
+        return True
+    values = context.bindings.values(subscript.value) if isinstance(subscript.value, cst.Name) else None
+    if values and all(isinstance(v, cst.Call) and context.names.is_(v.func, "torch.arange") for v in values):
+        return True
+    return (
+        m.matches(subscript.value, m.Attribute(attr=m.Name("shape")))
+        and len(subscript.slice) == 1
+        and isinstance(first, cst.Index)
+        and (integer_value(first.value) or 0) < 0
+    )
+
+
+def _keeps_leading_dims(context: FileContext, call: cst.Call, owner: str | None) -> bool:
+    """Does `call` give each row of an input with one more leading dim what the row gave
+    alone: a call of `self.<name>` (read by the caller), `math`, a call on the last dims,
+    dims counted from the end, elementwise math, a cast, a factory?"""
+    if owner is not None and m.matches(call.func, m.Attribute(value=m.Name(owner))):
+        return True  # `self.fc(x)`: a submodule or a method, read by the caller
+    qualified = context.names.of(call.func)
+    if qualified and all(name.startswith("math.") for name in qualified):
+        return True
+    # `torch.cat(xs, -1).sum` is named `torch.cat.sum`: a method of a value unless the
+    # name is a function this walk knows
+    known = qualified & (_DIM_FUNCTIONS | _LEADING_DIM_FUNCTIONS | LAST_DIM_FUNCTIONS | _PLAIN_BUILTINS)
+    method = call.func.attr.value if isinstance(call.func, cst.Attribute) and not known else None
+    if known & LAST_DIM_FUNCTIONS or method in LAST_DIM_METHODS:
+        return True
+    if known & _DIM_FUNCTIONS or method in _DIM_METHODS:
+        return _dims_from_end(call, known, method)
+    return bool(known & (_LEADING_DIM_FUNCTIONS | _PLAIN_BUILTINS)) or method in _LEADING_DIM_METHODS
+
+
+def _dims_from_end(call: cst.Call, known: set[str], method: str | None) -> bool:
+    """Does every dim `call` is given count from the end, as a literal (`softmax(dim=-1)`,
+    `x.size(-2)`)? A default dim (0 or every dim) does not."""
+    if method in RESHAPING_METHODS or method == "permute" or known & {"torch.reshape", "torch.permute"}:
+        return False  # a shape or an order of every dim, the batch's among them
+    arguments = _positional_values(call)
+    # a function's first argument is its tensor (or tensors); a split's is a size
+    skip = 1 if method is None or method in SPLITTING_METHODS else 0
+    dims = arguments[skip:] + [
+        a.value for a in call.args if a.keyword is not None and a.keyword.value.startswith(("dim", "start", "end"))
+    ]
+    return bool(dims) and all(integer_value(d) is not None and integer_value(d) < 0 for d in dims)
 
 
 # -- reading names -------------------------------------------------------------------------
@@ -344,61 +359,67 @@ class Layouts:
         if depth > MAX_DEPTH:
             return None
         if isinstance(expr, cst.Name):
-            value = self._single_value(expr) if expr in self.index else None
-            if isinstance(value, cst.BaseExpression):
-                return self.rank_key(value, depth + 1)
-            if value is None and expr in self.index:
-                binding = self._reaching(expr)
-                if binding is not None and isinstance(
-                    self.context.bindings.statement(binding), (cst.Param, cst.Parameters)
-                ):
-                    return (expr.value, 0)
-            return None
+            return self._name_rank_key(expr, depth)
         if isinstance(expr, cst.Call):
-            func = expr.func
-            names = self.names.of(func)
-            values = [a.value for a in expr.args if a.keyword is None]
-            if names & SAME_SHAPE_FUNCTIONS and values:
-                return self.rank_key(values[0], depth + 1)
-            if isinstance(func, cst.Attribute) and not names:
-                method = func.attr.value
-                if method in SAME_SHAPE_METHODS or method in REORDERING_METHODS:
-                    return self.rank_key(func.value, depth + 1)
-                if method in ("unsqueeze", "squeeze") and len(values) == 1:
-                    inner = self.rank_key(func.value, depth + 1)
-                    return _shifted(inner, 1 if method == "unsqueeze" else -1)
-            module = self.context.kinds.attribute_value(func) if isinstance(func, cst.Attribute) else None
-            if isinstance(module, cst.Call) and len(values) == 1 and self.names.of(module.func) & RANK_KEEPING_MODULES:
-                return self.rank_key(values[0], depth + 1)
+            return self._call_rank_key(expr, depth)
         if isinstance(expr, cst.UnaryOperation):
             return self.rank_key(expr.expression, depth + 1)
         if isinstance(expr, cst.BinaryOperation) and not isinstance(expr.operator, cst.MatrixMultiply):
-            left, right = self.rank_key(expr.left, depth + 1), self.rank_key(expr.right, depth + 1)
-            if self.is_number(expr.left):
-                return right
-            if self.is_number(expr.right):
-                return left
-            return left if left == right else None
+            return self._elementwise_rank_key(expr, depth)
         if isinstance(expr, cst.Subscript):
-            inner = self.rank_key(expr.value, depth + 1)
-            if isinstance(inner, tuple) and not any(
-                isinstance(e.slice, cst.Index) and isinstance(e.slice.value, cst.Ellipsis) for e in expr.slice
-            ):
-                dropped = sum(
-                    1
-                    for e in expr.slice
-                    if isinstance(e.slice, cst.Index)
-                    and not (isinstance(e.slice.value, cst.Name) and e.slice.value.value == "None")
-                )
-                added = sum(
-                    1
-                    for e in expr.slice
-                    if isinstance(e.slice, cst.Index)
-                    and isinstance(e.slice.value, cst.Name)
-                    and e.slice.value.value == "None"
-                )
-                return _shifted(inner, added - dropped)
+            return self._subscript_rank_key(expr, depth)
         return None
+
+    def _name_rank_key(self, name: cst.Name, depth: int):
+        """The key of the one value bound to `name`; (name, 0) for a parameter."""
+        value = self._single_value(name) if name in self.index else None
+        if isinstance(value, cst.BaseExpression):
+            return self.rank_key(value, depth + 1)
+        if value is None and name in self.index:
+            binding = self._reaching(name)
+            if binding is not None and isinstance(
+                self.context.bindings.statement(binding), (cst.Param, cst.Parameters)
+            ):
+                return (name.value, 0)
+        return None
+
+    def _call_rank_key(self, call: cst.Call, depth: int):
+        """The key of what keeps its tensor's rank (elementwise, reordering, a module of the
+        same or the last dim's shape), or moves it by one (`unsqueeze`, `squeeze` of a dim)."""
+        func = call.func
+        names = self.names.of(func)
+        values = _positional_values(call)
+        if names & SAME_SHAPE_FUNCTIONS and values:
+            return self.rank_key(values[0], depth + 1)
+        if isinstance(func, cst.Attribute) and not names:
+            method = func.attr.value
+            if method in SAME_SHAPE_METHODS or method in REORDERING_METHODS:
+                return self.rank_key(func.value, depth + 1)
+            if method in ("unsqueeze", "squeeze") and len(values) == 1:
+                inner = self.rank_key(func.value, depth + 1)
+                return _shifted(inner, 1 if method == "unsqueeze" else -1)
+        module = self.context.kinds.attribute_value(func) if isinstance(func, cst.Attribute) else None
+        if isinstance(module, cst.Call) and len(values) == 1 and self.names.of(module.func) & RANK_KEEPING_MODULES:
+            return self.rank_key(values[0], depth + 1)
+        return None
+
+    def _elementwise_rank_key(self, operation: cst.BinaryOperation, depth: int):
+        """The key of the tensor operand (with a number), or of both when they agree."""
+        left, right = self.rank_key(operation.left, depth + 1), self.rank_key(operation.right, depth + 1)
+        if self.is_number(operation.left):
+            return right
+        if self.is_number(operation.right):
+            return left
+        return left if left == right else None
+
+    def _subscript_rank_key(self, subscript: cst.Subscript, depth: int):
+        """`x[i]` takes a dim of x's key away, `x[None]` adds one, a slice keeps its own."""
+        inner = self.rank_key(subscript.value, depth + 1)
+        if not isinstance(inner, tuple) or any(_is_ellipsis(e) for e in subscript.slice):
+            return None
+        indexed = [e for e in subscript.slice if isinstance(e.slice, cst.Index)]
+        added = sum(1 for e in indexed if _is_none(e))
+        return _shifted(inner, added - (len(indexed) - added))
 
     def steps_dim(self, expr: cst.BaseExpression, depth: int = 0) -> int | None:
         """The dim of `expr` that runs over a sequence's steps, where the code proves which:
@@ -803,34 +824,43 @@ class Layouts:
 
     def _squeezed(self, method: str, receiver, positional_values: list, depth: int):
         """`unsqueeze`, `squeeze`, `flatten`, `unflatten`: dims of size 1 or merged, added or taken."""
-        if method == "unsqueeze":
-            shape = self.shape(receiver, depth)
-            dim = integer_value(positional_values[0]) if positional_values else None
-            if shape is None or dim is None:
-                return None
-            position = normalize_dim(dim, len(shape) + 1)
-            return None if position is None else (*shape[:position], "1", *shape[position:])
-        if method == "squeeze":
-            shape = self.shape(receiver, depth)
-            dim = integer_value(positional_values[0]) if positional_values else None
-            if shape is None or dim is None:
-                return None
-            position = normalize_dim(dim, len(shape))
-            if position is None:
-                return None
-            return (*shape[:position], *shape[position + 1 :]) if shape[position] == "1" else None
-        if method == "flatten":
-            shape = self.shape(receiver, depth)
-            start = integer_value(positional_values[0]) if positional_values else 0
-            end = integer_value(positional_values[1]) if len(positional_values) > 1 else -1
-            if shape is None or start is None or end is None:
-                return None
-            a, b = normalize_dim(start, len(shape)) if shape else 0, normalize_dim(end, len(shape)) if shape else 0
-            if a is None or b is None or b < a:
-                return None
-            merged = shape[a] if a == b else None
-            return (*shape[:a], merged, *shape[b + 1 :])
-        # unflatten
+        return _SQUEEZES[method](self, receiver, positional_values, depth)
+
+    def _unsqueezed(self, receiver, positional_values: list, depth: int):
+        """`unsqueeze(dim)`: a dim of size 1 inserted."""
+        shape = self.shape(receiver, depth)
+        dim = integer_value(positional_values[0]) if positional_values else None
+        if shape is None or dim is None:
+            return None
+        position = normalize_dim(dim, len(shape) + 1)
+        return None if position is None else (*shape[:position], "1", *shape[position:])
+
+    def _squeezed_dim(self, receiver, positional_values: list, depth: int):
+        """`squeeze(dim)`: the dim taken, where it is known to have size 1."""
+        shape = self.shape(receiver, depth)
+        dim = integer_value(positional_values[0]) if positional_values else None
+        if shape is None or dim is None:
+            return None
+        position = normalize_dim(dim, len(shape))
+        if position is None:
+            return None
+        return (*shape[:position], *shape[position + 1 :]) if shape[position] == "1" else None
+
+    def _flattened(self, receiver, positional_values: list, depth: int):
+        """`flatten(start=0, end=-1)`: the dims from start to end merged into one."""
+        shape = self.shape(receiver, depth)
+        start = integer_value(positional_values[0]) if positional_values else 0
+        end = integer_value(positional_values[1]) if len(positional_values) > 1 else -1
+        if shape is None or start is None or end is None:
+            return None
+        a, b = normalize_dim(start, len(shape)) if shape else 0, normalize_dim(end, len(shape)) if shape else 0
+        if a is None or b is None or b < a:
+            return None
+        merged = shape[a] if a == b else None
+        return (*shape[:a], merged, *shape[b + 1 :])
+
+    def _unflattened(self, receiver, positional_values: list, depth: int):
+        """`unflatten(dim, sizes)`: the dim split into the sizes."""
         shape = self.shape(receiver, depth)
         dim = integer_value(positional_values[0]) if positional_values else None
         sizes = positional_values[1] if len(positional_values) > 1 else None
@@ -867,88 +897,107 @@ class Layouts:
         return tuple(d for i, d in enumerate(shape) if i not in positions)
 
     def _torch_shape(self, call: cst.Call, name: str, depth: int):
-        positional_values = [a.value for a in call.args if a.keyword is None]
-        if name in SAME_SHAPE_FUNCTIONS:
-            return self.shape(positional_values[0], depth) if positional_values else None
-        if name in SIZED_FACTORIES:
-            values = positional_values[:1] if name in FILLED_FACTORIES else positional_values
-            size = kwarg(call, "size")
-            if size is not None:
-                values = [size.value]
-            return self._factory_dims(values, depth)
-        if name in LIKE_FACTORIES:
-            return self.shape(positional_values[0], depth) if positional_values else None
-        if name == "torch.randint":  # `randint(high, size)`, `randint(low, high, size)`: the size is a tuple
-            size = kwarg(call, "size")
-            value = size.value if size is not None else (positional_values[-1] if positional_values else None)
-            return self._factory_dims([value], depth) if isinstance(value, (cst.Tuple, cst.List)) else None
-        if name == "torch.einsum":
-            return self._einsum_shape(call, depth)
-        op = OPS.get(name)
-        if op is not None and op.category is Category.GRAD_NORM and not name.endswith("clip_grads_with_norm_"):
-            return ()  # the total norm (clipping with a norm given returns nothing)
-        if op is not None and op.loss is not None and name.rsplit(".", 1)[1] == op.loss.functional:
-            # A functional loss reduced to a mean or a sum (the default unless `reduction=` says otherwise).
-            reduction = kwarg(call, "reduction")
-            written = reduction.value if reduction is not None else None
-            if reduction is None and op.loss.reduction != "none":
-                return ()
-            if isinstance(written, cst.SimpleString) and written.evaluated_value in ("mean", "sum"):
-                return ()
-            return None
-        if name in PRODUCT_FUNCTIONS:
-            if len(positional_values) != 2:
-                return None
-            return matmul_shape(self.shape(positional_values[0], depth), self.shape(positional_values[1], depth))
-        if name in (
-            "torch.transpose",
-            "torch.permute",
-            "torch.unsqueeze",
-            "torch.squeeze",
-            "torch.flatten",
-            "torch.movedim",
-            "torch.reshape",
-            "torch.sum",
-            "torch.mean",
-        ):
-            method = name.rsplit(".", 1)[1]
-            if not positional_values:
-                return None
-            rest = call.with_changes(
-                func=cst.Attribute(positional_values[0], cst.Name(method)),
-                args=[a for a in call.args if a.value is not positional_values[0]],
-            )
-            found = self._method_shape(rest, method, positional_values[0], depth)
-            return None if found is _NOT_A_METHOD else found
-        if name in ("torch.nn.Parameter", "torch.nn.parameter.Parameter", "torch.tensor", "torch.as_tensor"):
-            if name in ("torch.tensor", "torch.as_tensor"):
-                return _literal_shape(positional_values[0]) if positional_values else None
-            return self.shape(positional_values[0], depth) if positional_values else None
-        if name in STACKING_FUNCTIONS and len(call.args) == 1 and isinstance(positional_values[0], cst.ListComp):
-            return self._stacked_shape(positional_values[0], depth)
-        if name in ("torch.where",):
-            shapes = [self.shape(v, depth) for v in positional_values]
-            if len(shapes) != 3:
-                return None
-            return broadcast(broadcast(shapes[0], shapes[1]), shapes[2])
-        if name in ("torch.outer",):
-            shapes = [self.shape(v, depth) for v in positional_values]
-            return (
-                (shapes[0][0], shapes[1][0])
-                if len(shapes) == 2 and all(s is not None and len(s) == 1 for s in shapes)
-                else None
-            )
-        if name in ("torch.linspace", "torch.logspace"):
-            steps = kwarg(call, "steps")
-            steps_value = (
-                steps.value if steps is not None else (positional_values[2] if len(positional_values) > 2 else None)
-            )
-            return (self._dim_code(steps_value, depth),) if steps_value is not None else (None,)
-        if name == "torch.arange":
-            return (None,)
-        if name in JOINING_FUNCTIONS and positional_values:
-            return self._concatenated(call, positional_values[0], depth)
+        """The shape of what the torch function `name` returns, by the rule its entry in the
+        torch table gives (`_TORCH_SHAPES`); None for a function without one."""
+        shape_of = _TORCH_SHAPES.get(name)
+        return shape_of(self, call, name, depth) if shape_of is not None else None
+
+    def _first_argument_shape(self, call: cst.Call, name: str, depth: int):
+        """`torch.exp(x)`, `zeros_like(x)`, `nn.Parameter(x)`: the shape of x."""
+        arguments = _positional_values(call)
+        return self.shape(arguments[0], depth) if arguments else None
+
+    def _new_shape(self, call: cst.Call, name: str, depth: int):
+        """`zeros(B, T)`, `zeros((B, T))`, `zeros(x.shape)`, `zeros(size=(B, T))`."""
+        return self._factory_dims(_size_arguments(call, _positional_values(call)), depth)
+
+    def _filled_shape(self, call: cst.Call, name: str, depth: int):
+        """`full((B, T), value)`: the sizes first."""
+        return self._factory_dims(_size_arguments(call, _positional_values(call)[:1]), depth)
+
+    def _bounded_shape(self, call: cst.Call, name: str, depth: int):
+        """`randint(high, size)`, `randint(low, high, size)`: the size is a tuple, last."""
+        arguments = _positional_values(call)
+        size = kwarg(call, "size")
+        value = size.value if size is not None else (arguments[-1] if arguments else None)
+        return self._factory_dims([value], depth) if isinstance(value, (cst.Tuple, cst.List)) else None
+
+    def _total_norm_shape(self, call: cst.Call, name: str, depth: int):
+        """`clip_grad_norm_(parameters, 1.0)`: the total norm, one number."""
+        return ()
+
+    def _functional_loss_shape(self, call: cst.Call, name: str, depth: int):
+        """A functional loss reduced to a mean or a sum (the default unless `reduction=`
+        says otherwise): one number."""
+        reduction = kwarg(call, "reduction")
+        if reduction is None:
+            return () if OPS[name].loss.reduction != "none" else None
+        written = reduction.value
+        if isinstance(written, cst.SimpleString) and written.evaluated_value in ("mean", "sum"):
+            return ()
         return None
+
+    def _product_shape(self, call: cst.Call, name: str, depth: int):
+        """`torch.matmul(a, b)`: a's leading dims (broadcast), a's rows, b's columns."""
+        arguments = _positional_values(call)
+        if len(arguments) != 2:
+            return None
+        return matmul_shape(self.shape(arguments[0], depth), self.shape(arguments[1], depth))
+
+    def _method_form_shape(self, call: cst.Call, name: str, depth: int):
+        """`torch.transpose(x, 1, 2)`: the shape of `x.transpose(1, 2)`."""
+        arguments = _positional_values(call)
+        if not arguments:
+            return None
+        method = name.rsplit(".", 1)[1]
+        as_method = call.with_changes(
+            func=cst.Attribute(arguments[0], cst.Name(method)),
+            args=[a for a in call.args if a.value is not arguments[0]],
+        )
+        found = self._method_shape(as_method, method, arguments[0], depth)
+        return None if found is _NOT_A_METHOD else found
+
+    def _literal_tensor_shape(self, call: cst.Call, name: str, depth: int):
+        """`torch.tensor([[1, 2], [3, 4]])`: the nesting of the literal it is given."""
+        arguments = _positional_values(call)
+        return _literal_shape(arguments[0]) if arguments else None
+
+    def _stacked_call_shape(self, call: cst.Call, name: str, depth: int):
+        """`torch.stack([...])` of one comprehension (see `_stacked_shape`)."""
+        arguments = _positional_values(call)
+        if len(call.args) == 1 and arguments and isinstance(arguments[0], cst.ListComp):
+            return self._stacked_shape(arguments[0], depth)
+        return None
+
+    def _where_shape(self, call: cst.Call, name: str, depth: int):
+        """`torch.where(condition, a, b)`: the three broadcast."""
+        shapes = [self.shape(v, depth) for v in _positional_values(call)]
+        if len(shapes) != 3:
+            return None
+        return broadcast(broadcast(shapes[0], shapes[1]), shapes[2])
+
+    def _outer_shape(self, call: cst.Call, name: str, depth: int):
+        """`torch.outer(a, b)` of two vectors: (a's size, b's size)."""
+        shapes = [self.shape(v, depth) for v in _positional_values(call)]
+        if len(shapes) == 2 and all(s is not None and len(s) == 1 for s in shapes):
+            return (shapes[0][0], shapes[1][0])
+        return None
+
+    def _steps_shape(self, call: cst.Call, name: str, depth: int):
+        """`linspace(start, end, steps)`: one dim of `steps`."""
+        arguments = _positional_values(call)
+        steps = kwarg(call, "steps")
+        steps_value = steps.value if steps is not None else (arguments[2] if len(arguments) > 2 else None)
+        return (self._dim_code(steps_value, depth),) if steps_value is not None else (None,)
+
+    def _range_shape(self, call: cst.Call, name: str, depth: int):
+        """`torch.arange(...)`: one dim."""
+        return (None,)
+
+    def _joined_shape(self, call: cst.Call, name: str, depth: int):
+        """`torch.cat([a, b], dim)` (see `_concatenated`)."""
+        arguments = _positional_values(call)
+        return self._concatenated(call, arguments[0], depth) if arguments else None
 
     def _concatenated(self, call: cst.Call, tensors, depth: int):
         """`torch.cat([a, b], dim=k)`: the operands' dims, but dim k, which sums theirs."""
@@ -974,7 +1023,8 @@ class Layouts:
             dims.append(sizes.pop() if len(sizes) == 1 else None)
         return tuple(dims)
 
-    def _einsum_shape(self, call: cst.Call, depth: int):
+    def _einsum_shape(self, call: cst.Call, name: str, depth: int):
+        """`torch.einsum("bhtd,bhsd->bhts", q, k)`: the sizes of the output's letters."""
         values = [a.value for a in call.args]
         if not values or not isinstance(values[0], cst.SimpleString):
             return None
@@ -1195,6 +1245,45 @@ class Layouts:
 
 _NOT_A_METHOD = object()
 
+# The dims `unsqueeze`, `squeeze`, `flatten` and `unflatten` (the table's SQUEEZED) insert, take or merge.
+_SQUEEZES = {
+    "unsqueeze": Layouts._unsqueezed,
+    "squeeze": Layouts._squeezed_dim,
+    "flatten": Layouts._flattened,
+    "unflatten": Layouts._unflattened,
+}
+# How the shape of a torch function's result follows from its call, by the shape rule or the
+# category of its entry in the torch table (and, for the functions without such an entry, by name).
+_TORCH_SHAPES = {
+    **dict.fromkeys(SAME_SHAPE_FUNCTIONS | LIKE_FACTORIES, Layouts._first_argument_shape),
+    **dict.fromkeys(("torch.nn.Parameter", "torch.nn.parameter.Parameter"), Layouts._first_argument_shape),
+    **dict.fromkeys(SHAPED_FACTORIES, Layouts._new_shape),
+    **dict.fromkeys(FILLED_FACTORIES, Layouts._filled_shape),
+    **dict.fromkeys(functions(shape=ShapeRule.BOUNDED), Layouts._bounded_shape),
+    **dict.fromkeys(functions(shape=ShapeRule.STEPS), Layouts._steps_shape),
+    **dict.fromkeys(PRODUCT_FUNCTIONS, Layouts._product_shape),
+    **dict.fromkeys(STACKING_FUNCTIONS, Layouts._stacked_call_shape),
+    **dict.fromkeys(JOINING_FUNCTIONS, Layouts._joined_shape),
+    # the functions read as the method of their first argument
+    **dict.fromkeys(
+        functions(shape=ShapeRule.SIZES) | functions(shape=ShapeRule.REORDERED) | functions(shape=ShapeRule.SQUEEZED),
+        Layouts._method_form_shape,
+    ),
+    **dict.fromkeys(("torch.movedim", "torch.sum", "torch.mean"), Layouts._method_form_shape),
+    # clipping with a norm given returns nothing
+    **{
+        name: Layouts._total_norm_shape
+        for name in functions(Category.GRAD_NORM)
+        if not name.endswith("clip_grads_with_norm_")
+    },
+    **dict.fromkeys(functions(Category.LOSS, module=False), Layouts._functional_loss_shape),
+    **dict.fromkeys(("torch.tensor", "torch.as_tensor"), Layouts._literal_tensor_shape),
+    "torch.einsum": Layouts._einsum_shape,
+    "torch.where": Layouts._where_shape,
+    "torch.outer": Layouts._outer_shape,
+    "torch.arange": Layouts._range_shape,
+}
+
 
 def layouts(context: FileContext) -> Layouts:
     return context.shared("tensor_layout.layouts", Layouts)
@@ -1205,6 +1294,16 @@ def _dotted(node) -> bool:
     while isinstance(node, cst.Attribute):
         node = node.value
     return isinstance(node, cst.Name)
+
+
+def _positional_values(call: cst.Call) -> list[cst.BaseExpression]:
+    return [a.value for a in call.args if a.keyword is None]
+
+
+def _size_arguments(call: cst.Call, positional_sizes: list) -> list:
+    """The sizes a factory is given: by position, or as `size=`."""
+    size = kwarg(call, "size")
+    return [size.value] if size is not None else positional_sizes
 
 
 def _shifted(key, delta: int):

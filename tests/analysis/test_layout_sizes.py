@@ -36,6 +36,8 @@ def shape_of(code: str, name: str = "x"):
         ("x = torch.zeros(n, 3).norm(1, dim=0)", ("3",)),  # a norm's first argument is its order
         ("x = torch.zeros(n, 3, 4).norm(2)", ()),
         ("x = torch.zeros(n, 3).std(0, keepdim=True)", ("1", "3")),
+        ("x = torch.stack([torch.zeros(3) for _ in range(n)])", ("n", "3")),
+        ("x = torch.stack(tensors=[torch.zeros(3) for _ in range(n)])", None),  # given by keyword: not read
     ],
 )
 def test_shapes_from_the_code_that_builds_the_tensor(code, shape):
