@@ -1567,7 +1567,8 @@ class Sizes:
                 return None
             if self._multiplies_no_matrices(call):
                 continue
-            model = call.func.value if _method_of_model(call, training) else call.func
+            func = call.func
+            model = func.value if isinstance(func, cst.Attribute) and training.is_model(func.value) else func
             if self._loss_module(model):
                 continue  # `criterion(output, target)`: torch's losses multiply no matrices
             size = self.module(model) if isinstance(model, (cst.Name, cst.Attribute)) else None
@@ -1715,11 +1716,6 @@ def _torch_or_host(qualified: set[str]) -> bool:
     host-only modules or a loss?"""
     prefixes = ("torch.", *RUNTIME_WITHOUT_PRODUCT_PREFIXES, *(m + "." for m in HOST_ONLY_MODULES))
     return any(n.startswith(prefixes) or n in RUNTIME_WITHOUT_PRODUCTS or _is_loss(n) for n in qualified)
-
-
-def _method_of_model(call: cst.Call, training) -> bool:
-    """Is `call` a method of a model (`model.generate(...)`), run as the model?"""
-    return isinstance(call.func, cst.Attribute) and training.is_model(call.func.value)
 
 
 def _listed(plain: list[cst.BaseExpression]) -> list[cst.BaseExpression]:
