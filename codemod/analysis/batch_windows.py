@@ -314,64 +314,33 @@ class BatchWindows:
         return None
 
     def list_batch(self, batch: ListBatch) -> ListBatchPlan | str:
-        context, loop = self.context, batch.loop
-        source, parents = context.source, context.parents
-        if batch.other_reads:
-            return "the indices are also used besides looking the items up"
-        loops = (cst.For, cst.While)
-        if not batch.per_epoch or context.index.first_enclosing(batch.permutation, loops) is not (
-            context.index.first_enclosing(parents.get(loop), loops)
-        ):
-            return "the permutation is not drawn anew for each pass of the loop (a DataLoader would draw one per pass)"
-        if context.kinds.is_mutated_in_place(batch.corpus):
-            return f"`{source(batch.corpus)}` is changed in place"
-        n = positional(batch.permutation, 0)
-        if n is None or len(batch.permutation.args) != 1:
-            return "the permutation is drawn with its own generator, and a DataLoader would draw its order from another"
-        n = n.value
-        length = self._single_value(n)
-        if not (
-            isinstance(batch.corpus, cst.Name)
-            and isinstance(length, cst.Call)
-            and context.names.is_(length.func, "len", "builtins.len")
-            and len(length.args) == 1
-            and length.args[0].value.deep_equals(batch.corpus)
-        ):
-            return f"perfmod cannot tell that `{source(n)}` is the length of `{source(batch.corpus)}`"
+        source, loop = self.context.source, batch.loop
+        problem = self._list_order_problem(batch)
+        if problem is not None:
+            return problem
+        n = positional(batch.permutation, 0).value
         counter = self.counter(loop)
         if counter is None or loop.iter is not counter[0]:
             return "the loop's counter is not a plain `range(...)`"
         drop_last = self._drops_last(counter[0], n, batch.window.width)
         if drop_last is None:
             return f"perfmod cannot tell that `{source(counter[0])}` counts the batches of `{source(batch.corpus)}`"
-        (work,) = batch.work if len(batch.work) == 1 else (None,)
-        function = context.kinds.local_callee(work) if work is not None else None
-        if (
-            work is None
-            or not isinstance(work.func, cst.Name)
-            or len(work.args) != 1
-            or not _is_name(work.args[0].value, batch.batch.value)
-            or function is None
-            or not isinstance(parents.get(function), cst.Module)
-        ):
+        work = self._list_work(batch)
+        if work is None:
             return "perfmod moves into a collate_fn only one call of a function of this module given the batch alone"
-        if not context.purity.is_pure(function):
+        function = self.context.kinds.local_callee(work)
+        if not self.context.purity.is_pure(function):
             return f"perfmod cannot tell that `{function.name.value}` is pure"
-        target = _name_bound_to(work, parents)
-        lines = [parents.get(parents.get(node)) for node in (batch.picks, work)]
-        if _name_bound_to(batch.window.subscript, parents) is not None:
-            lines.append(parents.get(parents.get(batch.window.subscript)))
-        body = _lines(loop.body)
-        if target is None or not all(
-            isinstance(line, cst.SimpleStatementLine) and len(line.body) == 1 and line in body for line in lines
-        ):
+        target = _name_bound_to(work, self.context.parents)
+        lines = self._own_lines(batch, work)
+        if target is None or lines is None:
             return "the look-up and the work on the batch are not statements of their own in the loop"
         reads = names_read(loop.body)
         if sum(read.value == batch.batch.value for read in reads) != 1:
             return f"`{batch.batch.value}` is used for more than `{source(work)}`"
         step = counter[1]
         counted = [
-            read for read in reads if read.value == step.value and not context.inside(read, batch.window.subscript)
+            read for read in reads if read.value == step.value and not self.context.inside(read, batch.window.subscript)
         ]
         if counted and len(counter[0].args) != 1:
             return f"`{step.value}` is used for more than cutting the batch"
@@ -391,6 +360,66 @@ class BatchWindows:
             removed,
             anchor,
         )
+
+    def _list_order_problem(self, batch: ListBatch) -> str | None:
+        """Why a DataLoader shuffling the list would not draw the order the loop draws: the
+        indices used otherwise, a permutation not drawn per pass, with its own generator or
+        not of the list's length, the list changed in place."""
+        context, source = self.context, self.context.source
+        if batch.other_reads:
+            return "the indices are also used besides looking the items up"
+        loops = (cst.For, cst.While)
+        if not batch.per_epoch or context.index.first_enclosing(batch.permutation, loops) is not (
+            context.index.first_enclosing(context.parents.get(batch.loop), loops)
+        ):
+            return "the permutation is not drawn anew for each pass of the loop (a DataLoader would draw one per pass)"
+        if context.kinds.is_mutated_in_place(batch.corpus):
+            return f"`{source(batch.corpus)}` is changed in place"
+        n = positional(batch.permutation, 0)
+        if n is None or len(batch.permutation.args) != 1:
+            return "the permutation is drawn with its own generator, and a DataLoader would draw its order from another"
+        if not self._is_length_of(n.value, batch.corpus):
+            return f"perfmod cannot tell that `{source(n.value)}` is the length of `{source(batch.corpus)}`"
+        return None
+
+    def _is_length_of(self, n: cst.BaseExpression, corpus: cst.BaseExpression) -> bool:
+        """Is `n` (or the value it is bound to once) `len(corpus)`, `corpus` a name?"""
+        length = self._single_value(n)
+        return (
+            isinstance(corpus, cst.Name)
+            and isinstance(length, cst.Call)
+            and self.context.names.is_(length.func, "len", "builtins.len")
+            and len(length.args) == 1
+            and length.args[0].value.deep_equals(corpus)
+        )
+
+    def _list_work(self, batch: ListBatch) -> cst.Call | None:
+        """The work on the batch a collate_fn can take: the one call, given the batch alone,
+        of a function of this module."""
+        (work,) = batch.work if len(batch.work) == 1 else (None,)
+        function = self.context.kinds.local_callee(work) if work is not None else None
+        if (
+            work is None
+            or not isinstance(work.func, cst.Name)
+            or len(work.args) != 1
+            or not _is_name(work.args[0].value, batch.batch.value)
+            or function is None
+            or not isinstance(self.context.parents.get(function), cst.Module)
+        ):
+            return None
+        return work
+
+    def _own_lines(self, batch: ListBatch, work: cst.Call) -> list[cst.CSTNode] | None:
+        """The statements of the loop's body that look the items up, cut the indices and do
+        the work, each a line of its own; None when one is not."""
+        parents = self.context.parents
+        lines = [parents.get(parents.get(node)) for node in (batch.picks, work)]
+        if _name_bound_to(batch.window.subscript, parents) is not None:
+            lines.append(parents.get(parents.get(batch.window.subscript)))
+        body = _lines(batch.loop.body)
+        if all(isinstance(line, cst.SimpleStatementLine) and len(line.body) == 1 and line in body for line in lines):
+            return lines
+        return None
 
     # -- the plan of one loop ------------------------------------------------------------
 
@@ -719,29 +748,30 @@ class BatchWindows:
         lengths = {spelled for t in plan.tensors for spelled in _lengths(t)}
         if any(_normalized(source(c)) in lengths for c in candidates):
             return True
-        shapes = layouts(self.context)
+        return self._made_with_length(plan) or self._first_rows_of_longer(plan, candidates)
+
+    def _made_with_length(self, plan: WindowPlan) -> bool:
+        """`n = 100` and `X = torch.randn(n, 7)`: is n the size one of the tensors was made with?"""
+        n, shapes = plan.window.n, layouts(self.context)
         spellings = [n]
         if isinstance(n, cst.BinaryOperation) and isinstance(n.operator, cst.Multiply):
             spellings.append(n.with_changes(left=n.right, right=n.left))  # `STEPS * B` is `B * STEPS`
-        for tensor in plan.tensors:  # `n = 100` and `X = torch.randn(n, 7)`: n is X's length
+        for tensor in plan.tensors:
             shape = shapes.shape(self._a_use(plan, tensor).value)
             if shape and any(shapes.same_size(spelled, shape[0]) for spelled in spellings):
                 return True
-        # `X = T[:n]` holds the first n rows when n is at most len(T): `n = int(0.9 * len(T))`, `len(T) - k`
+        return False
+
+    def _first_rows_of_longer(self, plan: WindowPlan, candidates: list[cst.BaseExpression]) -> bool:
+        """`X = T[:n]` holds the first n rows when n is at most len(T): `n = int(0.9 * len(T))`,
+        `len(T) - k`."""
+        source = self.context.source
         spelled = {_normalized(source(c)) for c in candidates}
         for tensor in plan.tensors:
             values = self._values(tensor, plan.loop)
             value = values[0] if values is not None and len(values) == 1 else None
-            if not (
-                isinstance(value, cst.Subscript)
-                and len(value.slice) == 1
-                and isinstance(value.slice[0].slice, cst.Slice)
-            ):
-                continue
-            part = value.slice[0].slice
-            if part.lower is not None and integer_value(part.lower) != 0:
-                continue
-            if part.upper is None or part.step is not None or _normalized(source(part.upper)) not in spelled:
+            upper = _first_rows_bound(value)
+            if upper is None or _normalized(source(upper)) not in spelled:
                 continue
             if any(self._at_most_length(c, value.value) for c in candidates):
                 return True
@@ -990,6 +1020,16 @@ def _receiver(value: cst.BaseExpression) -> cst.BaseExpression:
 
 def _window_part(subscript: cst.Subscript) -> cst.SubscriptElement:
     return next(e for e in subscript.slice if not (isinstance(e.slice, cst.Slice) and e.slice.lower is None))
+
+
+def _first_rows_bound(value: cst.BaseExpression | None) -> cst.BaseExpression | None:
+    """`n` of `T[:n]` (or `T[0:n]`): the count of first rows a slice takes; None for another value."""
+    if not (isinstance(value, cst.Subscript) and len(value.slice) == 1 and isinstance(value.slice[0].slice, cst.Slice)):
+        return None
+    part = value.slice[0].slice
+    if part.lower is not None and integer_value(part.lower) != 0:
+        return None
+    return part.upper if part.step is None else None
 
 
 def _is_name(node: cst.CSTNode, name: str) -> bool:

@@ -43,6 +43,7 @@ Built once per file (FileContext.shared).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING
 
 import libcst as cst
@@ -119,68 +120,105 @@ class Corpus:
         does not change, `tok.encode` pure and its other arguments the same every step, and
         the ids handed to `torch.tensor`, which copies them. None when `call` is not of that
         shape; the reason when a precondition fails."""
+        encoded = self._encoded_per_text(call)
+        if encoded is None:
+            return None
+        comp, text = encoded
+        source = self._texts_source(text, comp, loop)
+        if source is None or isinstance(source, str):
+            return source
+        corpus, position, indices, new_elt = source
+        if not self.context.kinds.in_memory_list(corpus):
+            return f"perfmod cannot tell that `{corpus.value}` is a list held in memory"
+        factory = self._copying_factory(comp)
+        if factory is None:
+            return "the ids stay a list the step could change, and pretokenized they would be shared by every step"
+        others = [part for part in call_parts(call) if part is not text]
+        items = self.item_loop(call, loop)
+        region = self._widest_region(
+            loop,
+            partial(self.encoder_impurity, call),
+            partial(self._arguments_vary, others, items),
+            partial(self._texts_changed, corpus, items),
+        )
+        if isinstance(region, str):
+            return region
+        picks = indices if indices is not None else comp.for_in.iter
+        stacked = self._equal_rows(call, text, factory, picks, region)
+        return Pretokenize(comp, corpus, region, position, indices, new_elt, factory, picks if stacked else None, items)
+
+    def _encoded_per_text(self, call: cst.Call) -> tuple[cst.ListComp, cst.BaseExpression] | None:
+        """(comp, text) when `call` is the element of `comp`, one `for` over a name, and given
+        the comprehension's text (`t` or `docs[i]`) in one argument, the variable nowhere else."""
         comp = self.context.parents.get(call)
-        if not (isinstance(comp, cst.ListComp) and comp.elt is call):
+        if not (isinstance(comp, cst.ListComp) and comp.elt is call and _one_for(comp)):
             return None
-        loop_in = comp.for_in
-        if (
-            loop_in.inner_for_in is not None
-            or loop_in.ifs
-            or loop_in.asynchronous
-            or not isinstance(loop_in.target, cst.Name)
-        ):
-            return None
-        var = loop_in.target.value
+        var = comp.for_in.target.value
         texts = [a for a in call.args if reads_only(a.value, var)]
-        if (
-            len(texts) != 1
-            or texts[0].star
-            or any(
-                var in {n.value for n in names_read(part)} for part in call_parts(call) if part is not texts[0].value
-            )
-        ):
+        if len(texts) != 1 or texts[0].star:
             return None
         text = texts[0].value
-        if isinstance(text, cst.Name):  # `[tok.encode(t, n) for t in texts]`
-            picked = self.picked_texts(loop_in.iter, comp, loop)
+        if any(var in {n.value for n in names_read(part)} for part in call_parts(call) if part is not text):
+            return None
+        return comp, text
+
+    def _texts_source(self, text: cst.BaseExpression, comp: cst.ListComp, loop: cst.CSTNode):
+        """(corpus, position, indices, new_elt) of the texts `comp` tokenizes: picked by a
+        list bound in the step (`[tok.encode(t, n) for t in texts]`, `texts = [docs[i] for i
+        in idx]`), or picked in `comp` itself (`[tok.encode(docs[i], n) for i in idx]`: its
+        element then reads the table by the index); the reason, or None."""
+        if isinstance(text, cst.Name):
+            picked = self.picked_texts(comp.for_in.iter, comp, loop)
             if picked is None or isinstance(picked, str):
                 return picked
             corpus, position, indices = picked
-            new_elt = None
-        else:  # `[tok.encode(docs[i], n) for i in idx]`
-            corpus = corpus_of(text)
-            if corpus is None:
-                return None
-            position, indices = var, None
-            new_elt = cst.Subscript(cst.Name("_"), [cst.SubscriptElement(cst.Index(cst.Name(var)))])
-        if not self.context.kinds.in_memory_list(corpus):
-            return f"perfmod cannot tell that `{corpus.value}` is a list held in memory"
+            return corpus, position, indices, None
+        corpus = corpus_of(text)
+        if corpus is None:
+            return None
+        var = comp.for_in.target.value
+        return corpus, var, None, cst.Subscript(cst.Name("_"), [cst.SubscriptElement(cst.Index(cst.Name(var)))])
+
+    def _copying_factory(self, comp: cst.ListComp) -> cst.Call | None:
+        """`torch.tensor(comp, ...)`, `torch.as_tensor(comp, ...)`: the call that copies the ids."""
         holder = self.context.parents.get(comp)
         factory = self.context.parents.get(holder) if isinstance(holder, cst.Arg) else None
-        if not (
+        if (
             isinstance(factory, cst.Call)
             and factory.args
             and factory.args[0] is holder
             and self.context.names.is_(factory.func, "torch.tensor", "torch.as_tensor")
         ):
-            return "the ids stay a list the step could change, and pretokenized they would be shared by every step"
-        others = [part for part in call_parts(call) if part is not text]
-        items = self.item_loop(call, loop)
-        region, reason = None, None
+            return factory
+        return None
+
+    def _arguments_vary(self, others: list[cst.BaseExpression], items: cst.For | None, region: cst.CSTNode):
+        """Why the encoder's arguments other than the text may differ from step to step in
+        `region`; the item of `for ctx in contexts:` is bound, for the table, in front of it."""
+        hoisted = {items.target.value: region} if items is not None else {}
+        return self._variance.of_all(others, region, hoisted)
+
+    def _texts_changed(self, corpus: cst.Name, items: cst.For | None, region: cst.CSTNode):
+        """Why the corpus, or the collection of the step's `for ctx in contexts:`, may hold
+        other items on some iteration of `region`; None when neither does."""
+        reason = self.corpus_changed(corpus, region)
+        return reason or (self._collection_changed(items, region) if items is not None else None)
+
+    def _widest_region(self, loop: cst.CSTNode, *problems) -> cst.CSTNode | str:
+        """The outermost loop, from `loop` outwards, that neither it nor a loop inside it has
+        one of the `problems` (each asked of a loop: a reason, or None): the table is built in
+        front of it. The reason when `loop` itself has one."""
+        region = None
         for candidate in [loop, *self._index.enclosing_loops(loop)]:
-            # the item of `for ctx in contexts:` is bound, for the table, in front of `candidate`
-            hoisted = {items.target.value: candidate} if items is not None else {}
-            reason = self.encoder_impurity(call, candidate) or self._variance.of_all(others, candidate, hoisted)
-            reason = reason or self.corpus_changed(corpus, candidate)
-            reason = reason or (self._collection_changed(items, candidate) if items is not None else None)
+            reason = None
+            for problem in problems:
+                reason = reason or problem(candidate)
             if reason is not None:
                 break
             region = candidate
-        if region is None:
-            return reason[1] if isinstance(reason, tuple) else reason
-        picks = indices if indices is not None else loop_in.iter
-        stacked = self._equal_rows(call, text, factory, picks, region)
-        return Pretokenize(comp, corpus, region, position, indices, new_elt, factory, picks if stacked else None, items)
+        if region is not None:
+            return region
+        return reason[1] if isinstance(reason, tuple) else reason
 
     def item_loop(self, call: cst.Call, loop: cst.CSTNode) -> cst.For | None:
         """The loop of the step `loop` over the items of a collection the step does not
@@ -379,6 +417,53 @@ class Corpus:
             return None
         if not isinstance(text_loop.target, cst.Name) or not isinstance(text_loop.iter, cst.Name) or text_loop.orelse:
             return f"the loop `for {_short(self.context, text_loop.target)} in ...` is not over one name"
+        statements = self._table_statements(text_loop, call)
+        if statements is None or isinstance(statements, str):
+            return statements
+        before, statement, target = statements
+        bound = self._bound_by(before, target)
+        if isinstance(bound, str):
+            return bound
+        table_part = (*before, statement)
+        problem = self._table_names_problem(table_part, bound, target, loop)
+        if problem is not None:
+            return problem
+        nesting = self._nesting(text_loop, call, loop)
+        if isinstance(nesting, str):
+            return nesting
+        items = next((node for node in nesting if isinstance(node, cst.For)), None)
+        chain = self._picked_chain(text_loop.iter, loop)
+        if isinstance(chain, str):
+            return chain
+        replayed, renamed, corpus, chain_assigns, picks = chain
+        problem = self._picked_changed(text_loop, renamed, picks, loop)
+        if problem is not None:
+            return problem
+        if not self.context.kinds.in_memory_list(corpus):
+            return f"perfmod cannot tell that `{corpus.value}` is a list held in memory"
+        region = self._widest_region(
+            loop,
+            partial(
+                self._table_varies,
+                table_part,
+                nesting,
+                replayed,
+                text_loop=text_loop,
+                bound=bound,
+                chain_assigns=chain_assigns,
+            ),
+            partial(self._texts_changed, corpus, items),
+        )
+        if isinstance(region, str):
+            return region
+        return TextTable(
+            statement, target, text_loop, before, replayed, renamed, text_loop.iter, nesting, items, corpus, region
+        )
+
+    def _table_statements(self, text_loop: cst.For, call: cst.Call):
+        """(before, statement, target): the statements of the text loop's body up to the last
+        that tokenizes, `target = ...`, among which `call` is; the reason when that last is
+        not a plain assignment; None when `call` is after it."""
         body = list(text_loop.body.body) if isinstance(text_loop.body, cst.IndentedBlock) else []
         tokenizing = [line for line in body if self._tokenizes_in(line)]
         statement = tokenizing[-1] if tokenizing else None
@@ -388,13 +473,14 @@ class Corpus:
         before = body[: body.index(statement)]
         if not any(self.context.inside(call, line) for line in (*before, statement)):
             return None
-        bound = {target.value}
-        for line in before:
-            names = _plain_bindings(line)
-            if names is None:
-                return f"`{_short(self.context, line)}` is not a plain assignment"
-            bound |= names
-        table_part = (*before, statement)
+        return before, statement, target
+
+    def _table_names_problem(
+        self, table_part: tuple[cst.CSTNode, ...], bound: set[str], target: cst.Name, loop: cst.CSTNode
+    ) -> str | None:
+        """Why the names the table's statements bind cannot live in the table: bound or read
+        elsewhere in the function (the result's only after them, in the step), read before
+        they are bound, or the result shared by a name changed in place in the step."""
         function = self._index.first_enclosing(loop, cst.FunctionDef) or self.context.module
         for name in sorted(bound):
             for node in self._variance.names_in(function, name):
@@ -411,36 +497,30 @@ class Corpus:
         for alias in sorted(self._variance.aliases(target, loop)):
             if self._variance.changed_in_place(alias, loop):
                 return f"`{alias}` shares what the tokenizer gives and is changed in place in the step"
-        nesting = self._nesting(text_loop, call, loop)
-        if isinstance(nesting, str):
-            return nesting
-        items = next((node for node in nesting if isinstance(node, cst.For)), None)
-        chain = self._picked_chain(text_loop.iter, loop)
-        if isinstance(chain, str):
-            return chain
-        replayed, renamed, corpus, chain_assigns, picks = chain
-        # the lists are made anew every step: only a change before the loop is done with them counts
+        return None
+
+    def _picked_changed(self, text_loop: cst.For, renamed, picks, loop: cst.CSTNode) -> str | None:
+        """Why the step's texts may not be the ones picked: a list of them changed in place
+        before the text loop is done with it (the lists are made anew every step: only a
+        change in that span counts)."""
         lines = list(loop.body.body) if isinstance(loop.body, cst.IndentedBlock) else []
         first, last = (self._top(node, loop) for node in (min(picks, key=self._index.order), text_loop))
         span = lines[lines.index(first) : lines.index(last) + 1] if first in lines and last in lines else [loop]
         for name in sorted(self._variance.aliases(text_loop.iter, loop) | set(renamed)):
             if any(self._variance.changed_in_place(name, line) for line in span):
                 return f"`{name}` is changed in place in the step: it may hold a text the table does not"
-        if not self.context.kinds.in_memory_list(corpus):
-            return f"perfmod cannot tell that `{corpus.value}` is a list held in memory"
-        region, reason = None, None
-        for candidate in [loop, *self._index.enclosing_loops(loop)]:
-            reason = self._table_varies(table_part, nesting, replayed, candidate, text_loop, bound, chain_assigns)
-            reason = reason or self.corpus_changed(corpus, candidate)
-            reason = reason or (self._collection_changed(items, candidate) if items is not None else None)
-            if reason is not None:
-                break
-            region = candidate
-        if region is None:
-            return reason[1] if isinstance(reason, tuple) else reason
-        return TextTable(
-            statement, target, text_loop, before, replayed, renamed, text_loop.iter, nesting, items, corpus, region
-        )
+        return None
+
+    def _bound_by(self, before: list[cst.CSTNode], target: cst.Name) -> set[str] | str:
+        """The names the table's statements bind (`target` and those of the lines `before`
+        it); the reason when one of those lines is not a plain assignment."""
+        bound = {target.value}
+        for line in before:
+            names = _plain_bindings(line)
+            if names is None:
+                return f"`{_short(self.context, line)}` is not a plain assignment"
+            bound |= names
+        return bound
 
     def _text_loop(self, call: cst.Call, loop: cst.CSTNode) -> cst.For | None:
         """The innermost `for` statement of the step `loop` around `call` that iterates the

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING
 import libcst as cst
 
 from codemod.analysis.loaders import COMPUTES, INDEXES, NUM_WORKERS_POSITION
-from codemod.analysis.names import kwarg, number_value, positional
+from codemod.analysis.names import dict_entry, kwarg, number_value, positional
 from codemod.analysis.torch_facts import WORKER_OPTIONS
 
 if TYPE_CHECKING:
@@ -129,41 +129,44 @@ class LoaderWorkers:
         count = kwarg(loader, "num_workers") or (
             positional(loader, NUM_WORKERS_POSITION) if loaders.is_torch_loader(loader) else None
         )
-        if count is None and any(kwarg(loader, option) is not None for option in WORKER_OPTIONS):
+        if self._loads_as_told(loader, count):
             return None
-        if loaders.overridden_subclass(loader):
-            return None
-        if loaders.may_hold_device_data(loaders.dataset(loader), 0) or loaders.collate_moves_to_device(loader):
-            return None  # CUDA cannot be used in forked workers: the loader stays in the training process
         stars = [arg for arg in loader.args if arg.star == "**"]
-        anchor: cst.CSTNode = loader
-        zero = count.value if count is not None else None  # an explicit worker count
-        if count is None and stars:
-            found = loaders.kwargs_literal(stars[0].value) if len(stars) == 1 else None
-            if found is not None and "num_workers" in found[1] and isinstance(found[0], cst.Dict):
-                zero = next(
-                    (
-                        e.value
-                        for e in found[0].elements
-                        if isinstance(e, cst.DictElement)
-                        and isinstance(e.key, cst.SimpleString)
-                        and e.key.evaluated_value == "num_workers"
-                    ),
-                    None,
-                )
-                if zero is None:
-                    return None
-                anchor = found[0]
-            elif found is not None and any(option in found[1] for option in WORKER_OPTIONS):
-                return None
-            elif found is None or found[2]:
-                return Count(None, loader, hidden=stars[0].value)
-            else:
-                anchor = found[0]
-        if zero is None:
-            return Count(None, anchor)
-        setting = loaders.setting(zero, 0)
-        if number_value(setting) != 0:
+        if count is not None:
+            return self._explicit_count(loader, count, count.value, loader)
+        return self._count_in_kwargs(loader, stars) if stars else Count(None, loader)
+
+    def _loads_as_told(self, loader: cst.Call, count: cst.Arg | None) -> bool:
+        """Does `loader` load where it must or as it is told: another worker option set beside
+        no count, a subclass that overrides loading, device tensors in its dataset or collate?"""
+        loaders = self.context.loaders
+        if count is None and any(kwarg(loader, option) is not None for option in WORKER_OPTIONS):
+            return True
+        if loaders.overridden_subclass(loader):
+            return True
+        # CUDA cannot be used in forked workers: the loader stays in the training process
+        return loaders.may_hold_device_data(loaders.dataset(loader), 0) or loaders.collate_moves_to_device(loader)
+
+    def _count_in_kwargs(self, loader: cst.Call, stars: list[cst.Arg]) -> Count | None:
+        """The count of a loader given `**kwargs` and no count of its own: in the dict literal
+        behind them, or to be added to it; hidden where that dict cannot be seen whole."""
+        found = self.context.loaders.kwargs_literal(stars[0].value) if len(stars) == 1 else None
+        if found is not None and "num_workers" in found[1] and isinstance(found[0], cst.Dict):
+            zero = dict_entry(found[0], "num_workers")
+            return self._explicit_count(loader, None, zero, found[0]) if zero is not None else None
+        if found is not None and any(option in found[1] for option in WORKER_OPTIONS):
+            return None
+        if found is None or found[2]:
+            return Count(None, loader, hidden=stars[0].value)
+        return Count(None, found[0])
+
+    def _explicit_count(
+        self, loader: cst.Call, count: cst.Arg | None, zero: cst.BaseExpression, anchor: cst.CSTNode
+    ) -> Count | None:
+        """The count `zero` written out (as the argument `count`, or in the dict `anchor`),
+        when its setting is 0; None for another count."""
+        loaders = self.context.loaders
+        if number_value(loaders.setting(zero, 0)) != 0:
             return None
         options = loaders.keywords_passed(loader, anchor)
         written = (  # a literal 0, replaced by the count: it is the only worker option

@@ -959,25 +959,38 @@ class Loaders:
     ) -> Caller | None:
         """What `module` (a module of the package that calls `function` of this file with
         `call`) does with the batches of `loader`, one of the loaders the call gives."""
-        context, project = module.context, module.project
+        context = module.context
+        mirror = self._mirror_there(module.project, call, loader, path)
+        if mirror is None:
+            return None
+        name, caller_function = _calling_function(module, call, function)
+        site = Site(name, module.path, context.line(call), context.source(call.func))
+        use, host = self._feeds_use(module, call, mirror, name)
+        for handoff in context.loaders.passed_on:
+            if handoff.loader is mirror and handoff.factory is call and _outranks(handoff.use.trains, use):
+                use = handoff.use
+        change = self._dataset_changed_near(module, call, mirror)
+        if use is not None and change is not None and use.dataset_change is None:
+            use = BatchUse(use.copy, use.loop, use.trains, use.cuda, change)
+        return Caller(site, caller_function, use, host, context.loops.guarded_from_import(call))
+
+    def _mirror_there(self, project, call: cst.Call, loader: cst.Call, path: tuple[int, ...]) -> cst.Call | None:
+        """`loader` as the module of `call` reads this file, when `call` gives it."""
         called = project.function(call.func)
         if called is None:
             return None
-        theirs = project.loaders_made(called, path)
         there = called.context.loaders
         if len(there.constructions) != len(self.constructions):
             return None  # this file changed since it was read there: its loaders cannot be matched
         mirror = there.constructions[self.constructions.index(loader)]
-        if not any(made is mirror for made in theirs):
-            return None
-        loaders = context.loaders
-        # Module code is named by its module; its sites then name the function it calls, so
-        # that a message says "copied by `pkg.train` (pkg/train.py:9)", not "reached through" it.
-        scope = context.index.first_enclosing(call, (cst.FunctionDef,))
-        here = project.dotted(module.path)
-        name = scope.name.value if scope is not None else function.name.value
-        caller_function = Function(module, scope or function, f"{here}.{name}" if scope is not None else here)
-        site = Site(name, module.path, context.line(call), context.source(call.func))
+        return mirror if any(made is mirror for made in project.loaders_made(called, path)) else None
+
+    @staticmethod
+    def _feeds_use(module, call: cst.Call, mirror: cst.Call, name: str) -> tuple[BatchUse | None, Site | None]:
+        """(use, host) of the loops of `module` over the batches of `mirror` that `call` gives:
+        the loop that copies them to a device (one that trains first), and a loop that copies
+        none of them."""
+        context, loaders = module.context, module.context.loaders
         use: BatchUse | None = None
         host: Site | None = None
         for feed in loaders.feeds:
@@ -985,26 +998,17 @@ class Loaders:
                 continue
             copies = loaders.copies_to_device(feed.loop, feed.target)
             loop = Site(name, module.path, context.line(feed.loop))
+            trains = loaders.trains(feed.loop)
             if not copies:
                 host = host or loop
-                if use is None and loaders.trains(feed.loop):
+                if use is None and trains:
                     use = BatchUse(None, loop, True, False, None)
-                continue
-            trains = loaders.trains(feed.loop)
-            if use is None or use.copy is None or (trains and not use.trains):
+            elif _outranks(trains, use):
                 first = copies[0].call
                 text = context.source(first)
                 copy = Site(name, module.path, context.line(first), text if len(text) <= 80 else "")
                 use = BatchUse(copy, loop, trains, all(c.place is Place.CUDA for c in copies), None)
-        for handoff in loaders.passed_on:
-            if handoff.loader is mirror and handoff.factory is call:
-                inner = handoff.use
-                if use is None or use.copy is None or (inner.trains and not use.trains):
-                    use = inner
-        change = self._dataset_changed_near(module, call, mirror)
-        if use is not None and change is not None and use.dataset_change is None:
-            use = BatchUse(use.copy, use.loop, use.trains, use.cuda, change)
-        return Caller(site, caller_function, use, host, context.loops.guarded_from_import(call))
+        return use, host
 
     @staticmethod
     def _dataset_changed_near(module, call: cst.Call, loader: cst.Call) -> Site | None:
@@ -1496,38 +1500,31 @@ class Loaders:
             return None
         if isinstance(dataset, (cst.Name, cst.Attribute)):
             sources = self.bound_values(dataset) if isinstance(dataset, cst.Name) else self.attribute_values(dataset)
-            draws = (self.generator_draw(source, depth + 1) for source, _ in sources)
-            return next((draw for draw in draws if draw is not None), None)
+            return self._first_generator_draw((source for source, _ in sources), depth)
         if not isinstance(dataset, cst.Call):
             return None
         function = self.bindings.local_function(dataset.func)
         if function is not None:
-            draws = (self.generator_draw(value, depth + 1) for value in self.kinds.returned(function))
-            return next((draw for draw in draws if draw is not None), None)
+            return self._first_generator_draw(self.kinds.returned(function), depth)
         if self.names.is_(dataset.func, *SPLIT_DATASETS, *DATASETS_OF_DATASETS):
-            parts = [
-                e.value
-                for arg in dataset.args
-                if isinstance(arg.value, (cst.List, cst.Tuple))
-                for e in arg.value.elements
-            ]
-            parts += [arg.value for arg in dataset.args if not isinstance(arg.value, (cst.List, cst.Tuple))]
-            draws = (self.generator_draw(part, depth + 1) for part in parts)
-            return next((draw for draw in draws if draw is not None), None)
+            return self._first_generator_draw(_dataset_parts(dataset), depth)
         classdef = self.kinds.local_class(dataset.func)
-        if classdef is None:
-            return None
+        return self._held_generator_draw(classdef) if classdef is not None else None
+
+    def _first_generator_draw(self, datasets, depth: int) -> cst.Call | None:
+        """The first `generator_draw` of `datasets` (what a dataset is built from)."""
+        draws = (self.generator_draw(dataset, depth + 1) for dataset in datasets)
+        return next((draw for draw in draws if draw is not None), None)
+
+    def _held_generator_draw(self, classdef: cst.ClassDef) -> cst.Call | None:
+        """A draw, in a method of `classdef` other than `__init__`, from a generator held by
+        the instance (`generator=self.gen`)."""
         for call in self.index.find(cst.Call, within=classdef):
             arg = kwarg(call, "generator")
             if arg is None or not (isinstance(arg.value, cst.Attribute) and isinstance(arg.value.value, cst.Name)):
                 continue
             method = self.index.first_enclosing(call, cst.FunctionDef)
-            if (
-                method is not None
-                and method.name.value != "__init__"
-                and method.params.params
-                and method.params.params[0].name.value == arg.value.value.value
-            ):
+            if method is not None and method.name.value != "__init__" and _first_param_is(method, arg.value.value):
                 return call
         return None
 
@@ -2116,6 +2113,36 @@ def _is_tuple_of(target: cst.BaseExpression, length: int) -> bool:
         and len(target.elements) == length
         and not any(isinstance(e, cst.StarredElement) for e in target.elements)
     )
+
+
+def _dataset_parts(dataset: cst.Call) -> list[cst.BaseExpression]:
+    """The datasets a split or a dataset of datasets is built from: the elements of its list
+    and tuple arguments, then its other arguments."""
+    listed = (arg.value for arg in dataset.args if isinstance(arg.value, (cst.List, cst.Tuple)))
+    parts = [e.value for value in listed for e in value.elements]
+    return parts + [arg.value for arg in dataset.args if not isinstance(arg.value, (cst.List, cst.Tuple))]
+
+
+def _first_param_is(method: cst.FunctionDef, name: cst.Name) -> bool:
+    """Is `name` the first parameter of `method` (its `self`)?"""
+    return bool(method.params.params) and method.params.params[0].name.value == name.value
+
+
+def _calling_function(module, call: cst.Call, function: cst.FunctionDef) -> tuple[str, Function]:
+    """(name, function) of the code of `module` around `call` (which calls `function` of this
+    file). Module code is named by its module; its sites then name the function it calls, so
+    that a message says "copied by `pkg.train` (pkg/train.py:9)", not "reached through" it."""
+    scope = module.context.index.first_enclosing(call, (cst.FunctionDef,))
+    here = module.project.dotted(module.path)
+    if scope is None:
+        return function.name.value, Function(module, function, here)
+    return scope.name.value, Function(module, scope, f"{here}.{scope.name.value}")
+
+
+def _outranks(trains: bool, use: BatchUse | None) -> bool:
+    """Does a loop (that `trains` or not) copying batches to a device tell more than `use`:
+    there is none yet, it copies nothing, or only the loop trains?"""
+    return use is None or use.copy is None or (trains and not use.trains)
 
 
 def _all_params(function: cst.FunctionDef) -> list[cst.Param]:

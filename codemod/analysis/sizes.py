@@ -705,47 +705,57 @@ class Sizes:
     def _tensor_reshaped(self, receiver, method: str, call: cst.Call, depth: int):
         """`view`/`reshape` to sizes (one of them -1), `unsqueeze`, `flatten()`, `t()`,
         `transpose`, `permute`; None for the others."""
+        reshape = _RESHAPES.get(method)
+        if reshape is None:
+            return None
+        return reshape(self, receiver, [a.value for a in call.args if a.keyword is None], call, depth)
+
+    def _viewed(self, receiver, plain: list[cst.BaseExpression], call: cst.Call, depth: int):
+        """`x.view(B, -1)`, `x.reshape((B, T, C))`: the sizes given, the -1 the rest of them."""
         shape, element = receiver
-        plain = [a.value for a in call.args if a.keyword is None]
-        if method in ("view", "reshape") and plain:
-            sizes = (
-                [e.value for e in plain[0].elements]
-                if len(plain) == 1 and isinstance(plain[0], (cst.Tuple, cst.List))
-                else plain
-            )
-            dims = [integer_value(s) if integer_value(s) == -1 else self.integer(s, depth + 1) for s in sizes]
-            if None in dims or dims.count(-1) > 1:
-                return None
-            if -1 in dims:
-                known = math.prod(d for d in dims if d != -1)
-                dims = [math.prod(shape) // known if d == -1 and known else d for d in dims]
-            return tuple(dims), element
-        if method == "unsqueeze" and len(plain) == 1:
-            at = integer_value(plain[0])
-            if at is None or not -len(shape) - 1 <= at <= len(shape):
-                return None
-            at %= len(shape) + 1
-            return (*shape[:at], 1, *shape[at:]), element
-        if method == "flatten" and not call.args:
-            return (math.prod(shape),), element
-        if method == "t" and not call.args and len(shape) == 2:
-            return _transposed(receiver, 0, 1)
-        if method in ("transpose", "swapaxes", "swapdims") and len(plain) == 2:
-            first, second = integer_value(plain[0]), integer_value(plain[1])
-            if first is None or second is None or not shape:
-                return None
-            return _transposed(receiver, first, second)
-        if method == "permute" and plain:
-            order = (
-                [e.value for e in plain[0].elements]
-                if len(plain) == 1 and isinstance(plain[0], (cst.Tuple, cst.List))
-                else plain
-            )
-            picked = [integer_value(o) for o in order]
-            if None in picked or sorted(p % len(shape) for p in picked) != list(range(len(shape))):
-                return None
-            return tuple(shape[p] for p in picked), element
-        return None
+        if not plain:
+            return None
+        dims = [integer_value(s) if integer_value(s) == -1 else self.integer(s, depth + 1) for s in _listed(plain)]
+        if None in dims or dims.count(-1) > 1:
+            return None
+        if -1 in dims:
+            known = math.prod(d for d in dims if d != -1)
+            dims = [math.prod(shape) // known if d == -1 and known else d for d in dims]
+        return tuple(dims), element
+
+    def _unsqueezed(self, receiver, plain: list[cst.BaseExpression], call: cst.Call, depth: int):
+        shape, element = receiver
+        at = integer_value(plain[0]) if len(plain) == 1 else None
+        if at is None or not -len(shape) - 1 <= at <= len(shape):
+            return None
+        at %= len(shape) + 1
+        return (*shape[:at], 1, *shape[at:]), element
+
+    def _flattened(self, receiver, plain: list[cst.BaseExpression], call: cst.Call, depth: int):
+        shape, element = receiver
+        return ((math.prod(shape),), element) if not call.args else None
+
+    def _matrix_transposed(self, receiver, plain: list[cst.BaseExpression], call: cst.Call, depth: int):
+        """`m.t()`: a matrix's two dims swapped."""
+        return _transposed(receiver, 0, 1) if not call.args and len(receiver[0]) == 2 else None
+
+    def _dims_swapped(self, receiver, plain: list[cst.BaseExpression], call: cst.Call, depth: int):
+        """`x.transpose(1, 2)`, `swapaxes`, `swapdims`."""
+        if len(plain) != 2:
+            return None
+        first, second = integer_value(plain[0]), integer_value(plain[1])
+        if first is None or second is None or not receiver[0]:
+            return None
+        return _transposed(receiver, first, second)
+
+    def _permuted(self, receiver, plain: list[cst.BaseExpression], call: cst.Call, depth: int):
+        shape, element = receiver
+        if not plain:
+            return None
+        picked = [integer_value(o) for o in _listed(plain)]
+        if None in picked or sorted(p % len(shape) for p in picked) != list(range(len(shape))):
+            return None
+        return tuple(shape[p] for p in picked), element
 
     def _tensor_stacked(self, call: cst.Call, comprehension, depth: int):
         """`torch.stack([x[i:i + 48] for i in range(n)])`: n of the element's shape, along dim 0."""
@@ -1232,82 +1242,11 @@ class Sizes:
         return EMPTY.plus(size, count)
 
     def _layer(self, layer: str, call: cst.Call, depth: int) -> ModuleSize | None:
-        spec = NN_LAYER_ARGUMENTS[layer]
-        if any(a.star for a in call.args):
+        sized = _LAYER_SIZES.get(layer)
+        given = _layer_arguments(call, NN_LAYER_ARGUMENTS[layer])
+        if sized is None or given is None:
             return None
-        given: dict[str, cst.BaseExpression] = {}
-        for position, arg in enumerate(call.args):
-            if arg.keyword is None:
-                if position >= len(spec):
-                    return None
-                given[spec[position][0]] = arg.value
-            else:
-                given[arg.keyword.value] = arg.value
-
-        def number(name: str) -> int | None:
-            if name not in given:
-                default = dict(spec)[name]
-                return default if isinstance(default, int) and not isinstance(default, bool) else None
-            return self._dims(given[name], depth)
-
-        def flag(name: str) -> bool | None:
-            value = given.get(name)
-            if value is None:
-                return dict(spec)[name]
-            if isinstance(value, cst.Name) and value.value in ("True", "False"):
-                return value.value == "True"
-            setting = self.loaders.setting(value, 0)
-            if isinstance(setting, cst.Name) and setting.value in ("True", "False"):
-                return setting.value == "True"
-            return None
-
-        if layer == "Linear":
-            k, n, bias = number("in_features"), number("out_features"), flag("bias")
-            if k is None or n is None or bias is None:
-                return None
-            count = k * n + (n if bias else 0)
-            return ModuleSize(count, count, ((k, n),))
-        if layer.startswith("Conv"):
-            c_in, c_out, groups, bias = number("in_channels"), number("out_channels"), number("groups"), flag("bias")
-            kernel = self._dims(given.get("kernel_size"), depth, product=int(layer[-2]))
-            if None in (c_in, c_out, groups, bias, kernel) or groups == 0:
-                return None
-            count = c_in // groups * c_out * kernel + (c_out if bias else 0)
-            return ModuleSize(count, count, (), True)  # convolutions: cuDNN uses TF32 for them already
-        if layer in ("Embedding", "EmbeddingBag"):
-            rows, dim = number("num_embeddings"), number("embedding_dim")
-            return None if rows is None or dim is None else ModuleSize(rows * dim, rows * dim, ())
-        if layer == "LayerNorm":
-            shape = self._dims(given.get("normalized_shape"), depth, product=1)
-            affine, bias = flag("elementwise_affine"), flag("bias")
-            if shape is None or affine is None or bias is None:
-                return None
-            count = shape * (int(affine) + int(affine and bias))
-            return ModuleSize(count, count, ())
-        if layer == "GroupNorm":
-            channels, affine = number("num_channels"), flag("affine")
-            if channels is None or affine is None:
-                return None
-            return ModuleSize(2 * channels * affine, 2 * channels * affine, ())
-        if layer.startswith(("BatchNorm", "InstanceNorm")):
-            features, affine, tracked = number("num_features"), flag("affine"), flag("track_running_stats")
-            if features is None or affine is None or tracked is None:
-                return None
-            count = 2 * features * affine
-            return ModuleSize(count, count + (2 * features + 1) * tracked, ())
-        if layer in RNN_GATES:
-            size, hidden, layers, bias = number("input_size"), number("hidden_size"), number("num_layers"), flag("bias")
-            both = flag("bidirectional")
-            if None in (size, hidden, layers, bias, both):
-                return None
-            gates, directions = RNN_GATES[layer] * hidden, 2 if both else 1
-            count, products = 0, []
-            for index in range(layers):
-                width = size if index == 0 else hidden * directions
-                count += directions * (gates * width + gates * hidden + 2 * gates * bias)
-                products += [(width, gates), (hidden, gates)]
-            return ModuleSize(count, count, tuple(products))
-        return None
+        return sized(_LayerArguments(self, layer, given, depth))
 
     def _constructed(self, classdef: cst.ClassDef, call: cst.Call, depth: int) -> ModuleSize | None:
         """A class of this file built by `call`: its `__init__`'s parameters hold what `call`
@@ -1610,40 +1549,25 @@ class Sizes:
         return 0 if method is not None and method != "forward" else None
 
     def _step_work(self, loop: cst.CSTNode) -> ModuleSize | None:
+        """The matrix products of one step of `loop`: those of the models of known size it
+        calls; None when it calls none, or may multiply matrices otherwise."""
         steps, training = self.context.loops, self.context.training
-        body = loop.body
-        regions = [body, *(function.body for function in steps.functions_reached(body))]
-        if any(
-            isinstance(b.operator, cst.MatrixMultiply)
-            for region in regions
-            for b in self.index.find(cst.BinaryOperation, within=region)
-        ):
+        if self._multiplies_by_operator(loop.body):
             return None
         total = EMPTY
         ran = False  # a model of known size is called
-        for call in steps.reached_calls(body):
-            func = call.func
-            if self.names.of(func) & MATRIX_PRODUCTS or (
-                isinstance(func, cst.Attribute) and func.attr.value in MATRIX_PRODUCT_METHODS
-            ):
+        for call in steps.reached_calls(loop.body):
+            if self._calls_matrix_product(call):
                 return None
             if steps.callee(call) is not None:
                 continue  # a function of this file: its calls are among those reached
-            if isinstance(func, cst.Attribute) and func.attr.value in MODULE_METHODS:
+            if isinstance(call.func, cst.Attribute) and call.func.attr.value in MODULE_METHODS:
                 continue
-            qualified = self.names.of(func)
-            if qualified & UNLISTED_PRODUCTS or any(n.startswith(UNLISTED_PRODUCT_PREFIXES) for n in qualified):
+            if self._may_multiply_unseen(call):
                 return None
-            if any(
-                n.startswith(("torch.", *RUNTIME_WITHOUT_PRODUCT_PREFIXES, *(m + "." for m in HOST_ONLY_MODULES)))
-                or n in RUNTIME_WITHOUT_PRODUCTS
-                or _is_loss(n)
-                for n in qualified
-            ):
-                if not any(n.startswith("torch.nn.") and not n.startswith("torch.nn.functional.") for n in qualified):
-                    continue  # torch's functions (the products among them returned above), Python's own
-            elif qualified and self.kinds.local_class(func) is None:
-                return None  # a function of another library: it may multiply anything
+            if self._multiplies_no_matrices(call):
+                continue
+            func = call.func
             model = func.value if isinstance(func, cst.Attribute) and training.is_model(func.value) else func
             if self._loss_module(model):
                 continue  # `criterion(output, target)`: torch's losses multiply no matrices
@@ -1652,11 +1576,47 @@ class Sizes:
                 total = total.plus(size)
                 ran = True
                 self._model_calls.setdefault(id(loop), []).append(call)
-            elif training.is_model(model) or self.kinds.fact(model).kind is Kind.MODULE:
-                return None  # a model perfmod cannot size
-            elif any(training.is_model(arg.value) for arg in call.args):
-                return None  # the model run by code perfmod does not read
+            elif self._runs_unsized_model(call, model):
+                return None
         return total if ran else None
+
+    def _multiplies_by_operator(self, body: cst.CSTNode) -> bool:
+        """Does `body`, or a function of this file it reaches, multiply with `@`?"""
+        regions = [body, *(function.body for function in self.context.loops.functions_reached(body))]
+        return any(
+            isinstance(b.operator, cst.MatrixMultiply)
+            for region in regions
+            for b in self.index.find(cst.BinaryOperation, within=region)
+        )
+
+    def _calls_matrix_product(self, call: cst.Call) -> bool:
+        func = call.func
+        return bool(self.names.of(func) & MATRIX_PRODUCTS) or (
+            isinstance(func, cst.Attribute) and func.attr.value in MATRIX_PRODUCT_METHODS
+        )
+
+    def _may_multiply_unseen(self, call: cst.Call) -> bool:
+        """Is `call` a function that may multiply matrices perfmod does not size: one listed so,
+        or a function of another library?"""
+        qualified = self.names.of(call.func)
+        if qualified & UNLISTED_PRODUCTS or any(n.startswith(UNLISTED_PRODUCT_PREFIXES) for n in qualified):
+            return True
+        return bool(qualified) and not _torch_or_host(qualified) and self.kinds.local_class(call.func) is None
+
+    def _multiplies_no_matrices(self, call: cst.Call) -> bool:
+        """Is `call` one of torch's functions (its products returned before) or Python's own,
+        rather than a `torch.nn` module class?"""
+        qualified = self.names.of(call.func)
+        return _torch_or_host(qualified) and not any(
+            n.startswith("torch.nn.") and not n.startswith("torch.nn.functional.") for n in qualified
+        )
+
+    def _runs_unsized_model(self, call: cst.Call, model: cst.BaseExpression) -> bool:
+        """Is `model`, called by `call`, or a model `call` is given, one perfmod cannot size?"""
+        training = self.context.training
+        if training.is_model(model) or self.kinds.fact(model).kind is Kind.MODULE:
+            return True
+        return any(training.is_model(arg.value) for arg in call.args)  # run by code perfmod does not read
 
     def _loss_module(self, expr: cst.BaseExpression) -> bool:
         if not isinstance(expr, (cst.Name, cst.Attribute)):
@@ -1751,6 +1711,20 @@ def _literal_bool(expr: cst.BaseExpression) -> bool | None:
     return None
 
 
+def _torch_or_host(qualified: set[str]) -> bool:
+    """Does a call of these names run torch, perfmod's runtime without products, Python's
+    host-only modules or a loss?"""
+    prefixes = ("torch.", *RUNTIME_WITHOUT_PRODUCT_PREFIXES, *(m + "." for m in HOST_ONLY_MODULES))
+    return any(n.startswith(prefixes) or n in RUNTIME_WITHOUT_PRODUCTS or _is_loss(n) for n in qualified)
+
+
+def _listed(plain: list[cst.BaseExpression]) -> list[cst.BaseExpression]:
+    """The sizes or dims of a call given them one by one (`view(B, T)`) or as one tuple or list."""
+    if len(plain) == 1 and isinstance(plain[0], (cst.Tuple, cst.List)):
+        return [e.value for e in plain[0].elements]
+    return plain
+
+
 def _transposed(tensor: tuple[tuple[int, ...], int], first: int, second: int):
     shape, element = tensor
     if not (-len(shape) <= first < len(shape) and -len(shape) <= second < len(shape)):
@@ -1760,5 +1734,133 @@ def _transposed(tensor: tuple[tuple[int, ...], int], first: int, second: int):
     return tuple(dims), element
 
 
+@dataclass
+class _LayerArguments:
+    """The arguments a `torch.nn` layer is built with, read by name over the layer's defaults."""
+
+    sizes: Sizes
+    layer: str
+    given: dict[str, cst.BaseExpression]
+    depth: int
+
+    def number(self, name: str) -> int | None:
+        if name not in self.given:
+            default = dict(NN_LAYER_ARGUMENTS[self.layer])[name]
+            return default if isinstance(default, int) and not isinstance(default, bool) else None
+        return self.sizes._dims(self.given[name], self.depth)
+
+    def flag(self, name: str) -> bool | None:
+        value = self.given.get(name)
+        if value is None:
+            return dict(NN_LAYER_ARGUMENTS[self.layer])[name]
+        literal = _literal_bool(value)
+        return literal if literal is not None else _literal_bool(self.sizes.loaders.setting(value, 0))
+
+    def elements(self, name: str, product: int) -> int | None:
+        """A size given as an integer or one per dim (`kernel_size=3`, `(3, 3)`): the elements it spans."""
+        return self.sizes._dims(self.given.get(name), self.depth, product=product)
+
+
+def _layer_arguments(call: cst.Call, spec) -> dict[str, cst.BaseExpression] | None:
+    """The arguments of a layer's construction by parameter name; None for `*args`, `**kwargs`
+    or more positional arguments than the layer takes."""
+    if any(a.star for a in call.args):
+        return None
+    given: dict[str, cst.BaseExpression] = {}
+    for position, arg in enumerate(call.args):
+        if arg.keyword is not None:
+            given[arg.keyword.value] = arg.value
+        elif position < len(spec):
+            given[spec[position][0]] = arg.value
+        else:
+            return None
+    return given
+
+
+def _linear_size(args: _LayerArguments) -> ModuleSize | None:
+    k, n, bias = args.number("in_features"), args.number("out_features"), args.flag("bias")
+    if k is None or n is None or bias is None:
+        return None
+    count = k * n + (n if bias else 0)
+    return ModuleSize(count, count, ((k, n),))
+
+
+def _convolution_size(args: _LayerArguments) -> ModuleSize | None:
+    c_in, c_out, groups = args.number("in_channels"), args.number("out_channels"), args.number("groups")
+    bias = args.flag("bias")
+    kernel = args.elements("kernel_size", product=int(args.layer[-2]))
+    if None in (c_in, c_out, groups, bias, kernel) or groups == 0:
+        return None
+    count = c_in // groups * c_out * kernel + (c_out if bias else 0)
+    return ModuleSize(count, count, (), True)  # convolutions: cuDNN uses TF32 for them already
+
+
+def _embedding_size(args: _LayerArguments) -> ModuleSize | None:
+    rows, dim = args.number("num_embeddings"), args.number("embedding_dim")
+    return None if rows is None or dim is None else ModuleSize(rows * dim, rows * dim, ())
+
+
+def _layer_norm_size(args: _LayerArguments) -> ModuleSize | None:
+    shape = args.elements("normalized_shape", product=1)
+    affine, bias = args.flag("elementwise_affine"), args.flag("bias")
+    if shape is None or affine is None or bias is None:
+        return None
+    count = shape * (int(affine) + int(affine and bias))
+    return ModuleSize(count, count, ())
+
+
+def _group_norm_size(args: _LayerArguments) -> ModuleSize | None:
+    channels, affine = args.number("num_channels"), args.flag("affine")
+    if channels is None or affine is None:
+        return None
+    return ModuleSize(2 * channels * affine, 2 * channels * affine, ())
+
+
+def _batch_norm_size(args: _LayerArguments) -> ModuleSize | None:
+    """BatchNorm and InstanceNorm: a weight and a bias when affine, running statistics when tracked."""
+    features, affine, tracked = args.number("num_features"), args.flag("affine"), args.flag("track_running_stats")
+    if features is None or affine is None or tracked is None:
+        return None
+    count = 2 * features * affine
+    return ModuleSize(count, count + (2 * features + 1) * tracked, ())
+
+
+def _recurrent_size(args: _LayerArguments) -> ModuleSize | None:
+    size, hidden, layers = args.number("input_size"), args.number("hidden_size"), args.number("num_layers")
+    bias, both = args.flag("bias"), args.flag("bidirectional")
+    if None in (size, hidden, layers, bias, both):
+        return None
+    gates, directions = RNN_GATES[args.layer] * hidden, 2 if both else 1
+    count, products = 0, []
+    for index in range(layers):
+        width = size if index == 0 else hidden * directions
+        count += directions * (gates * width + gates * hidden + 2 * gates * bias)
+        products += [(width, gates), (hidden, gates)]
+    return ModuleSize(count, count, tuple(products))
+
+
 _MISSING = _Missing()
+# What each reshaping tensor method makes of its receiver's (shape, element bytes).
+_RESHAPES = {
+    "view": Sizes._viewed,
+    "reshape": Sizes._viewed,
+    "unsqueeze": Sizes._unsqueezed,
+    "flatten": Sizes._flattened,
+    "t": Sizes._matrix_transposed,
+    "transpose": Sizes._dims_swapped,
+    "swapaxes": Sizes._dims_swapped,
+    "swapdims": Sizes._dims_swapped,
+    "permute": Sizes._permuted,
+}
+# How many parameters and buffers each sized `torch.nn` layer holds, from its arguments.
+_LAYER_SIZES = {
+    "Linear": _linear_size,
+    "Embedding": _embedding_size,
+    "EmbeddingBag": _embedding_size,
+    "LayerNorm": _layer_norm_size,
+    "GroupNorm": _group_norm_size,
+    **{name: _convolution_size for name in NN_LAYER_ARGUMENTS if name.startswith("Conv")},
+    **{name: _batch_norm_size for name in NN_LAYER_ARGUMENTS if name.startswith(("BatchNorm", "InstanceNorm"))},
+    **dict.fromkeys(RNN_GATES, _recurrent_size),
+}
 _SIZED_LAYERS = frozenset(f"torch.nn.{name}" for name in NN_LAYER_ARGUMENTS)

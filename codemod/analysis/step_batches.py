@@ -261,39 +261,16 @@ class StepBatches:
         passes over its parameter again and again (`while True:` around `for b in dl:
         yield b`, or `yield from dl`): the loader, with the generator's pass (`cycled`),
         after which an epoch ends."""
-        calls = [
-            c
-            for c in own_nodes(self.index, cst.Call, loop.body)
-            if isinstance(c.func, cst.Name)
-            and self.names.is_(c.func, *NEXT)
-            and c.args
-            and isinstance(c.args[0].value, cst.Name)
-        ]
+        calls = self._next_of_names(loop)
         values = {id(v): v for c in calls for v in self.bindings.values(c.args[0].value) or []}
         if not calls or len(values) != 1 or len({c.args[0].value.value for c in calls}) != 1:
             return None
         (value,) = values.values()
         helper = self.bindings.local_function(value.func) if isinstance(value, cst.Call) else None
-        body = helper.body.body if helper is not None and isinstance(helper.body, cst.IndentedBlock) else ()
-        forever = body[0] if len(body) == 1 else None
-        if not (
-            isinstance(forever, cst.While)
-            and isinstance(forever.test, cst.Name)
-            and forever.test.value == "True"
-            and isinstance(forever.body, cst.IndentedBlock)
-            and len(forever.body.body) == 1
-            and not self.index.inside(value, loop)
-        ):
+        one_pass = _pass_repeated_forever(helper) if helper is not None else None
+        if one_pass is None or self.index.inside(value, loop):
             return None
-        one_pass = forever.body.body[0]
-        if isinstance(one_pass, cst.For) and isinstance(one_pass.target, cst.Name):
-            lines = one_pass.body.body if isinstance(one_pass.body, cst.IndentedBlock) else ()
-            yields = m.SimpleStatementLine([m.Expr(m.Yield(m.Name(one_pass.target.value)))])
-            iterated = one_pass.iter if len(lines) == 1 and m.matches(lines[0], yields) else None
-        else:
-            small = one_pass.body[0] if isinstance(one_pass, cst.SimpleStatementLine) else None
-            yields = small.value if isinstance(small, cst.Expr) and isinstance(small.value, cst.Yield) else None
-            iterated = yields.value.item if yields is not None and isinstance(yields.value, cst.From) else None
+        iterated = _passed_over(one_pass)
         params = [p for p in helper.params.params if isinstance(iterated, cst.Name) and p.name.value == iterated.value]
         passed = argument_for(value, helper, params[0]) if len(params) == 1 else None
         site = self._site(passed) if passed is not None else None
@@ -302,6 +279,17 @@ class StepBatches:
         site.fetches = tuple(self.index.statement_of(c) for c in calls)
         site.cycled = (iterated, one_pass)
         return site
+
+    def _next_of_names(self, loop: cst.For | cst.While) -> list[cst.Call]:
+        """The `next(it)` calls of the loop's own body, each given a name."""
+        return [
+            c
+            for c in own_nodes(self.index, cst.Call, loop.body)
+            if isinstance(c.func, cst.Name)
+            and self.names.is_(c.func, *NEXT)
+            and c.args
+            and isinstance(c.args[0].value, cst.Name)
+        ]
 
     def _check_passes(self, loop: cst.While) -> None:
         """Raises NotDistributable for a `next(it)` of the loop whose iterator is made by a call
@@ -609,7 +597,7 @@ class StepBatches:
     def loader_arguments(self, site: LoaderSite, loop: cst.CSTNode) -> LoaderArguments:
         """The DataLoader's dataset, batch size, shuffle and sampler, or its options dict;
         raises NotDistributable where a sampler per rank cannot be given to it."""
-        call, index = site.call, self.index
+        call = site.call
         if site.shared:
             raise NotDistributable(
                 call,
@@ -617,42 +605,46 @@ class StepBatches:
                 "training loader a DistributedSampler by hand",
             )
         if any(a.star for a in call.args):
-            stars = [a for a in call.args if a.star]
-            plain = [a for a in call.args if not a.star and a.keyword is None]
-            named = {a.keyword.value for a in call.args if a.keyword is not None}
-            if [a.star for a in stars] != ["**"] or len(plain) != 1 or named & LOADER_OWN_ARGUMENTS:
-                raise NotDistributable(
-                    call,
-                    "the DataLoader takes `*args`/`**kwargs` beside its own batch or sampler arguments; "
-                    "PM601 cannot see which of them it uses",
-                )
-            self._check_dataset(plain[0].value)  # a dataset built in the call is one cheap to build twice
-            seed = self.order_seed(call, site.statement)
-            return LoaderArguments(plain[0].value, options=stars[0].value, seed=seed)
+            return self._options_arguments(site)
         sampler = kwarg(call, "sampler") or positional(call, SAMPLER_POSITION)
         if (kwarg(call, "batch_sampler") or positional(call, BATCH_SAMPLER_POSITION)) is not None:
             raise NotDistributable(call, "the DataLoader has its own `batch_sampler`; split it over the ranks by hand")
-        if not isinstance(self.context.parents.get(site.statement), (cst.IndentedBlock, cst.Module)):
-            raise NotDistributable(call, "the DataLoader is not built in a statement of its own")
-        if index.inside(site.statement, index.outermost_loop(loop)):
-            raise NotDistributable(call, "a new DataLoader is built every epoch; build it once, before the loop")
+        self._check_built_once(site, loop)
         dataset = kwarg(call, "dataset") or positional(call, 0)
         if dataset is None:
             raise NotDistributable(call, "the DataLoader has no dataset argument PM601 can read")
         self._check_dataset(dataset.value)
-        size = kwarg(call, "batch_size") or positional(call, BATCH_SIZE_POSITION)
-        if size is None or integer_value(size.value) == 1:
-            raise NotDistributable(
-                call,
-                "the DataLoader yields one sample per step, which cannot be split over the ranks "
-                "(the global batch would grow with their number); give it a batch_size",
-            )
-        if isinstance(size.value, cst.Name) and size.value.value == "None":
-            raise NotDistributable(call, "the DataLoader does not batch (batch_size=None); split its batches by hand")
+        size = _batch_size_argument(call)
         shuffle = kwarg(call, "shuffle") or positional(call, SHUFFLE_POSITION)
         shuffled = shuffle is not None and not (isinstance(shuffle.value, cst.Name) and shuffle.value.value == "False")
         seed = self.order_seed(call, site.statement) if shuffled else None
         return LoaderArguments(dataset.value, size, shuffle, sampler, shuffled=shuffled, seed=seed)
+
+    def _options_arguments(self, site: LoaderSite) -> LoaderArguments:
+        """`DataLoader(dataset, **options)`: the dataset and the options dict, when the call
+        passes nothing else the sampler depends on."""
+        call = site.call
+        stars = [a for a in call.args if a.star]
+        plain = [a for a in call.args if not a.star and a.keyword is None]
+        named = {a.keyword.value for a in call.args if a.keyword is not None}
+        if [a.star for a in stars] != ["**"] or len(plain) != 1 or named & LOADER_OWN_ARGUMENTS:
+            raise NotDistributable(
+                call,
+                "the DataLoader takes `*args`/`**kwargs` beside its own batch or sampler arguments; "
+                "PM601 cannot see which of them it uses",
+            )
+        self._check_dataset(plain[0].value)  # a dataset built in the call is one cheap to build twice
+        seed = self.order_seed(call, site.statement)
+        return LoaderArguments(plain[0].value, options=stars[0].value, seed=seed)
+
+    def _check_built_once(self, site: LoaderSite, loop: cst.CSTNode) -> None:
+        """Raises NotDistributable unless the DataLoader is built in a statement of its own,
+        outside the training loop."""
+        index = self.index
+        if not isinstance(self.context.parents.get(site.statement), (cst.IndentedBlock, cst.Module)):
+            raise NotDistributable(site.call, "the DataLoader is not built in a statement of its own")
+        if index.inside(site.statement, index.outermost_loop(loop)):
+            raise NotDistributable(site.call, "a new DataLoader is built every epoch; build it once, before the loop")
 
     def _check_dataset(self, dataset: cst.BaseExpression) -> None:
         obstacle = self.dataset_obstacle(dataset)
@@ -925,3 +917,45 @@ class StepBatches:
         if isinstance(value, cst.Call) and method_name(value) == "manual_seed" and value.args:
             return self._is_generator(value.func.value)
         return self._is_generator(value) and bool(value.args)
+
+
+def _batch_size_argument(call: cst.Call) -> cst.Arg:
+    """The DataLoader's batch size argument; raises NotDistributable where it yields single
+    samples or does not batch."""
+    size = kwarg(call, "batch_size") or positional(call, BATCH_SIZE_POSITION)
+    if size is None or integer_value(size.value) == 1:
+        raise NotDistributable(
+            call,
+            "the DataLoader yields one sample per step, which cannot be split over the ranks "
+            "(the global batch would grow with their number); give it a batch_size",
+        )
+    if isinstance(size.value, cst.Name) and size.value.value == "None":
+        raise NotDistributable(call, "the DataLoader does not batch (batch_size=None); split its batches by hand")
+    return size
+
+
+def _pass_repeated_forever(function: cst.FunctionDef) -> cst.BaseStatement | None:
+    """The one statement of a `while True:` that is the whole body of `function`."""
+    body = function.body.body if isinstance(function.body, cst.IndentedBlock) else ()
+    forever = body[0] if len(body) == 1 else None
+    if not (
+        isinstance(forever, cst.While)
+        and isinstance(forever.test, cst.Name)
+        and forever.test.value == "True"
+        and isinstance(forever.body, cst.IndentedBlock)
+        and len(forever.body.body) == 1
+    ):
+        return None
+    return forever.body.body[0]
+
+
+def _passed_over(one_pass: cst.BaseStatement) -> cst.BaseExpression | None:
+    """What a generator's pass yields the items of: `dl` of `for b in dl: yield b` or of
+    `yield from dl`."""
+    if isinstance(one_pass, cst.For) and isinstance(one_pass.target, cst.Name):
+        lines = one_pass.body.body if isinstance(one_pass.body, cst.IndentedBlock) else ()
+        yields = m.SimpleStatementLine([m.Expr(m.Yield(m.Name(one_pass.target.value)))])
+        return one_pass.iter if len(lines) == 1 and m.matches(lines[0], yields) else None
+    small = one_pass.body[0] if isinstance(one_pass, cst.SimpleStatementLine) else None
+    yields = small.value if isinstance(small, cst.Expr) and isinstance(small.value, cst.Yield) else None
+    return yields.value.item if yields is not None and isinstance(yields.value, cst.From) else None

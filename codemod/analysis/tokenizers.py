@@ -123,112 +123,85 @@ class Tokenizers:
     def _from_corpus(self, expr: cst.BaseExpression, loop: cst.CSTNode, depth: int, seen: set[int]) -> bool:
         if depth > 6:
             return False
-        index = self._index
-        if isinstance(expr, cst.Subscript):
-            if isinstance(expr.value, cst.Name) and not self._bound_inside(expr.value, loop):
-                return True  # `texts[i]`
-            return self._from_corpus(expr.value, loop, depth, seen)
-        if isinstance(expr, cst.Attribute):
-            return self._from_corpus(expr.value, loop, depth, seen)
         if isinstance(expr, cst.Name):
-            if layouts(self.context).is_number(expr):
-                return False  # the step's counter, a size: no text of a corpus
-            for assignment in self._scopes.get(expr)[expr.value] if self._scopes.get(expr) is not None else ():
-                node = getattr(assignment, "node", None)
-                if not isinstance(node, cst.CSTNode) or not index.inside(node, loop) or id(node) in seen:
-                    continue
-                seen.add(id(node))  # (a name bound many times in the step is followed once per binding)
-                statement = self._bindings.statement(node)
-                if statement is loop or (isinstance(statement, cst.For) and index.inside(loop, statement)):
-                    return True  # the loop's own target: a batch of the loader or list it iterates
-                if isinstance(statement, (cst.For, cst.CompFor)):
-                    if self._from_corpus(statement.iter, loop, depth + 1, seen):
-                        return True
-                elif isinstance(statement, (cst.Assign, cst.AnnAssign)) and statement.value is not None:
-                    if self._from_corpus(statement.value, loop, depth + 1, seen):
-                        return True
-            return False
+            return self._name_from_corpus(expr, loop, depth, seen)
         if isinstance(expr, cst.Call):
-            if self.context.names.is_(expr.func, *RANDOM_PICKS):
-                first = expr.args[0].value if expr.args else None
-                return isinstance(first, cst.Name) and not self._bound_inside(first, loop)
-            if self.context.kinds.fact(expr.func).kind is Kind.MODULE or method_name(expr) in DETOKENIZER_METHODS:
-                return False
-            parts = [a.value for a in expr.args]
-            if isinstance(expr.func, cst.Attribute):
-                parts.append(expr.func.value)
-            return any(self._from_corpus(part, loop, depth, seen) for part in parts)
-        if isinstance(expr, (cst.List, cst.Tuple, cst.Set)):
-            return any(
-                isinstance(e, cst.Element) and self._from_corpus(e.value, loop, depth, seen) for e in expr.elements
-            )
-        if isinstance(expr, cst.Dict):
-            return any(
-                isinstance(e, cst.DictElement) and self._from_corpus(e.value, loop, depth, seen) for e in expr.elements
-            )
-        if isinstance(expr, (cst.ListComp, cst.GeneratorExp, cst.SetComp)):
-            return self._from_corpus(expr.elt, loop, depth, seen)
-        if isinstance(expr, cst.BinaryOperation):
-            return self._from_corpus(expr.left, loop, depth, seen) or self._from_corpus(expr.right, loop, depth, seen)
-        if isinstance(expr, cst.FormattedString):
-            return any(
-                isinstance(p, cst.FormattedStringExpression) and self._from_corpus(p.expression, loop, depth, seen)
-                for p in expr.parts
-            )
+            return self._call_from_corpus(expr, loop, depth, seen)
+        if isinstance(expr, cst.Subscript) and isinstance(expr.value, cst.Name):
+            if not self._bound_inside(expr.value, loop):
+                return True  # `texts[i]`
+        parts = _inner_parts(expr) + _element_parts(expr)
+        return any(self._from_corpus(part, loop, depth, seen) for part in parts)
+
+    def _name_from_corpus(self, name: cst.Name, loop: cst.CSTNode, depth: int, seen: set[int]) -> bool:
+        """Is a binding of `name` in the step the loop's own target, or a value from the corpus?"""
+        if layouts(self.context).is_number(name):
+            return False  # the step's counter, a size: no text of a corpus
+        for node in self._nodes_bound_inside(name, loop):
+            if id(node) in seen:
+                continue
+            seen.add(id(node))  # (a name bound many times in the step is followed once per binding)
+            statement = self._bindings.statement(node)
+            if statement is loop or (isinstance(statement, cst.For) and self._index.inside(loop, statement)):
+                return True  # the loop's own target: a batch of the loader or list it iterates
+            value = _bound_from(statement)
+            if value is not None and self._from_corpus(value, loop, depth + 1, seen):
+                return True
         return False
+
+    def _call_from_corpus(self, call: cst.Call, loop: cst.CSTNode, depth: int, seen: set[int]) -> bool:
+        """`random.choice(texts)` of a list kept outside the step, or a call given text from the
+        corpus that is not a model's or a detokenizer's."""
+        if self.context.names.is_(call.func, *RANDOM_PICKS):
+            first = call.args[0].value if call.args else None
+            return isinstance(first, cst.Name) and not self._bound_inside(first, loop)
+        if self.context.kinds.fact(call.func).kind is Kind.MODULE or method_name(call) in DETOKENIZER_METHODS:
+            return False
+        parts = [a.value for a in call.args]
+        if isinstance(call.func, cst.Attribute):
+            parts.append(call.func.value)
+        return any(self._from_corpus(part, loop, depth, seen) for part in parts)
 
     def made_in_step(self, expr: cst.BaseExpression, loop: cst.CSTNode, depth: int = 0) -> bool:
         """Is `expr` text the step makes: decoded or generated ids, a value computed by a
         call given a model, or a string formatted from the step's values?"""
         if depth > 6:
             return False
-        kinds = self.context.kinds
-        if isinstance(expr, cst.FormattedString) or (
-            isinstance(expr, cst.BinaryOperation)
-            and isinstance(expr.operator, cst.Modulo)
-            and isinstance(expr.left, cst.SimpleString)
-        ):
+        if _formats_text(expr):
             return True  # f"Step {step}: ...", "%d" % step
-        if (
-            isinstance(expr, cst.Call)
-            and method_name(expr) == "format"
-            and isinstance(expr.func.value, cst.SimpleString)
-        ):
-            return True
         if isinstance(expr, cst.Call):
-            if method_name(expr) in DETOKENIZER_METHODS or kinds.fact(expr.func).kind is Kind.MODULE:
-                return True
-            if any(kinds.fact(a.value).kind is Kind.MODULE for a in expr.args):
-                return True
-            parts = [a.value for a in expr.args] + ([expr.func.value] if isinstance(expr.func, cst.Attribute) else [])
-            return any(self.made_in_step(part, loop, depth + 1) for part in parts)
-        if isinstance(expr, (cst.Subscript, cst.Attribute)):
-            return self.made_in_step(expr.value, loop, depth + 1)
-        if isinstance(expr, (cst.ListComp, cst.GeneratorExp, cst.SetComp)):
-            return self.made_in_step(expr.elt, loop, depth + 1)
-        if isinstance(expr, cst.BinaryOperation):
-            return self.made_in_step(expr.left, loop, depth + 1) or self.made_in_step(expr.right, loop, depth + 1)
+            return self._call_made_in_step(expr, loop, depth)
         if isinstance(expr, cst.Name):
-            scope = self._scopes.get(expr)
-            for assignment in scope[expr.value] if scope is not None else ():
-                node = getattr(assignment, "node", None)
-                if not isinstance(node, cst.CSTNode) or not self._index.inside(node, loop):
-                    continue
-                statement = self._bindings.statement(node)
-                if isinstance(statement, (cst.For, cst.CompFor)) and statement is not loop:
-                    if self.made_in_step(statement.iter, loop, depth + 1):
-                        return True
-                elif isinstance(statement, (cst.Assign, cst.AnnAssign)) and statement.value is not None:
-                    if self.made_in_step(statement.value, loop, depth + 1):
-                        return True
+            return self._name_made_in_step(expr, loop, depth)
+        return any(self.made_in_step(part, loop, depth + 1) for part in _inner_parts(expr))
+
+    def _call_made_in_step(self, call: cst.Call, loop: cst.CSTNode, depth: int) -> bool:
+        """A detokenizer's or a model's call, one given a model, or one given text the step makes."""
+        kinds = self.context.kinds
+        if method_name(call) in DETOKENIZER_METHODS or kinds.fact(call.func).kind is Kind.MODULE:
+            return True
+        if any(kinds.fact(a.value).kind is Kind.MODULE for a in call.args):
+            return True
+        parts = [a.value for a in call.args] + ([call.func.value] if isinstance(call.func, cst.Attribute) else [])
+        return any(self.made_in_step(part, loop, depth + 1) for part in parts)
+
+    def _name_made_in_step(self, name: cst.Name, loop: cst.CSTNode, depth: int) -> bool:
+        """Is `name` bound in the step (other than as the loop's target) to text the step makes?"""
+        for node in self._nodes_bound_inside(name, loop):
+            statement = self._bindings.statement(node)
+            value = _bound_from(statement) if statement is not loop else None
+            if value is not None and self.made_in_step(value, loop, depth + 1):
+                return True
         return False
 
     def _bound_inside(self, name: cst.Name, loop: cst.CSTNode) -> bool:
+        return bool(self._nodes_bound_inside(name, loop))
+
+    def _nodes_bound_inside(self, name: cst.Name, loop: cst.CSTNode) -> list[cst.CSTNode]:
+        """The nodes that bind `name` inside `loop`."""
         scope = self._scopes.get(name)
-        return scope is not None and any(
-            isinstance(getattr(a, "node", None), cst.CSTNode) and self._index.inside(a.node, loop)
-            for a in scope[name.value]
-        )
+        nodes = (getattr(a, "node", None) for a in scope[name.value]) if scope is not None else ()
+        return [node for node in nodes if isinstance(node, cst.CSTNode) and self._index.inside(node, loop)]
 
     def changed_in(self, receiver: cst.BaseExpression, region: cst.CSTNode) -> str | None:
         """Why a known tokenizer `receiver` may change in `region` (a method other than a
@@ -351,6 +324,49 @@ class Tokenizers:
             ):
                 return True
         return False
+
+
+def _formats_text(expr: cst.BaseExpression) -> bool:
+    """Is `expr` a string formatted from values: `f"..."`, `"..." % x`, `"...".format(x)`?"""
+    if isinstance(expr, cst.FormattedString):
+        return True
+    if isinstance(expr, cst.BinaryOperation):
+        return isinstance(expr.operator, cst.Modulo) and isinstance(expr.left, cst.SimpleString)
+    return (
+        isinstance(expr, cst.Call) and method_name(expr) == "format" and isinstance(expr.func.value, cst.SimpleString)
+    )
+
+
+def _inner_parts(expr: cst.BaseExpression) -> list[cst.BaseExpression]:
+    """What text `expr` is made of when it is an item or attribute of a value, a
+    comprehension's element or an operation on two values."""
+    if isinstance(expr, (cst.Subscript, cst.Attribute)):
+        return [expr.value]
+    if isinstance(expr, (cst.ListComp, cst.GeneratorExp, cst.SetComp)):
+        return [expr.elt]
+    if isinstance(expr, cst.BinaryOperation):
+        return [expr.left, expr.right]
+    return []
+
+
+def _element_parts(expr: cst.BaseExpression) -> list[cst.BaseExpression]:
+    """The values a literal list, tuple, set or dict holds, or an f-string formats."""
+    if isinstance(expr, (cst.List, cst.Tuple, cst.Set)):
+        return [e.value for e in expr.elements if isinstance(e, cst.Element)]
+    if isinstance(expr, cst.Dict):
+        return [e.value for e in expr.elements if isinstance(e, cst.DictElement)]
+    if isinstance(expr, cst.FormattedString):
+        return [p.expression for p in expr.parts if isinstance(p, cst.FormattedStringExpression)]
+    return []
+
+
+def _bound_from(statement: cst.CSTNode | None) -> cst.BaseExpression | None:
+    """What a binding statement binds its target from: a loop's iterable, an assignment's value."""
+    if isinstance(statement, (cst.For, cst.CompFor)):
+        return statement.iter
+    if isinstance(statement, (cst.Assign, cst.AnnAssign)):
+        return statement.value
+    return None
 
 
 def _read_only(context: FileContext, node: cst.Attribute) -> bool:
