@@ -458,7 +458,8 @@ class Variance:
         if isinstance(parent, cst.Call) and parent.func is attribute:
             method = attribute.attr.value
             return method in MUTATING_METHODS or (method.endswith("_") and not method.startswith("_"))
-        return isinstance(parent, (cst.AssignTarget, cst.AugAssign))
+        # (`y += x.attr` reads the attribute: only `x.attr += y` is written to)
+        return isinstance(parent, cst.AssignTarget) or isinstance(parent, cst.AugAssign) and parent.target is attribute
 
     def _memory_step(self, node: cst.CSTNode, parent: cst.CSTNode | None) -> tuple[cst.CSTNode, bool] | None:
         """`parent` of `node` when it still shares the memory of the object `node` holds: an

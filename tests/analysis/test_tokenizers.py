@@ -192,6 +192,13 @@ def test_aliases_and_changes_in_place_are_followed_through_views():
     assert variance(context).trained(next(n for n in context.index.find(cst.Name) if n.value == "net"))
 
 
+def test_an_attribute_added_to_another_name_is_read_not_changed():
+    context = program(READS_VOCAB, "total += wt.size\n")
+    assert variance(context).in_place_change("wt", loop_of(context)) is None
+    context = program(READS_VOCAB, "total += wt.size\nwt.count += 1\n")
+    assert variance(context).in_place_change("wt", loop_of(context)) == "`wt` is changed in place in the loop"
+
+
 def test_hoists_move_a_chain_of_invariant_lines_out_of_both_loops_and_say_why_others_stay():
     context = FileContext.of_source(
         HF.replace("for it in range(3):\n{body}", "for epoch in range(2):\n    for it in range(3):\n{body}").replace(
