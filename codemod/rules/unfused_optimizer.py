@@ -467,9 +467,7 @@ class UnfusedOptimizer(Rule):
         ):
             self._fuse(node, HOST)
         elif found.untold is not None:
-            self.report(
-                node, UNKNOWN_TENSOR.format(part=_short(self.context.source(found.untold)), why=f"; {found.why}")
-            )
+            self._report_untold_parameters(node, found)
 
     def _fuse_prepared(self, node: cst.Call, prepare: cst.Call) -> None:
         """The model is moved by the engine's `prepare()`: fused where its device is CUDA or the CPU."""
