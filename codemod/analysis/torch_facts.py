@@ -27,6 +27,7 @@ from codemod.analysis.torch_ops import (
     Loss,
     Placement,
     Shape,
+    attributes,
     functions,
     methods,
     short,
@@ -43,7 +44,7 @@ TENSOR_FUNCTIONS = functions(placement=Placement.OPERANDS, module=False, in_plac
 # Tensor methods whose result is one tensor where the receiver is (`x.float()`, `x.view(...)`).
 _PIECES = methods(shape=Shape.SPLIT) | methods(shape=Shape.SLICES)  # a tuple of tensors
 SAME_PLACE_METHODS = methods(placement=Placement.OPERANDS, in_place=False) - _PIECES
-TENSOR_ATTRIBUTES = {"data", "T", "mT", "H", "mH", "grad"}
+TENSOR_ATTRIBUTES = attributes(dtype=KEPT)  # tensors of the receiver's dtype, where it is (`x.T`, `x.grad`)
 # Tensor methods that move a tensor (`to`, `cuda`, `cpu`, `pin_memory`), and those and the
 # ones that write its storage whole (`copy_`, `set_`).
 MOVE_METHODS = methods(placement=Placement.TOLD) | methods(placement=Placement.HOST)
@@ -187,21 +188,8 @@ RETURN_TENSORS = "return_tensors"
 
 # -- training ----------------------------------------------------------------------------
 
-AUTOCAST_NAMES = {
-    "torch.autocast",
-    "torch.amp.autocast",
-    "torch.cuda.amp.autocast",
-    "torch.cuda.amp.autocast_mode.autocast",
-    "torch.cpu.amp.autocast",
-    "torch.cpu.amp.autocast_mode.autocast",
-}
-GRAD_SCALER_NAMES = {
-    "torch.GradScaler",
-    "torch.amp.GradScaler",
-    "torch.amp.grad_scaler.GradScaler",
-    "torch.cuda.amp.GradScaler",
-    "torch.cpu.amp.GradScaler",
-}
+AUTOCAST_NAMES = functions(Category.AUTOCAST)
+GRAD_SCALER_NAMES = functions(Category.GRAD_SCALER)
 # Learning-rate schedulers that write only the groups' learning rates (`lr`, `initial_lr`),
 # never momentum or weight decay (torch 2.13). CyclicLR and OneCycleLR are not here: with
 # `cycle_momentum=True` (their default) they write each group's momentum too.
@@ -226,13 +214,7 @@ LR_ONLY_SCHEDULERS = frozenset(
 # Keys of an optimizer's parameter group that the step of a zero gradient does not read
 # (plain SGD steps `p -= lr * 0` whatever the rate is).
 LR_GROUP_KEYS = frozenset({"lr", "initial_lr", "params"})
-CLIP_NAMES = {
-    "torch.nn.utils.clip_grad_norm_",
-    "torch.nn.utils.clip_grad_value_",
-    "torch.nn.utils.clip_grad_norm",
-    "torch.nn.utils.clip_grad.clip_grad_norm_",
-    "torch.nn.utils.clip_grad.clip_grad_value_",
-}
+CLIP_NAMES = functions(clips=True)
 DOUBLE_TENSOR_TYPES = {"torch.DoubleTensor", "torch.cuda.DoubleTensor"}
 CUDA_PROBES = {"torch.cuda.is_available", "torch.cuda.device_count"}
 # Calls that run a function in new processes, by where they take it (position, keyword).
@@ -423,10 +405,10 @@ def autocast_float16(name: str) -> bool:
 
 
 CROSS_ENTROPY = f"{FUNCTIONAL}.cross_entropy"
-CROSS_ENTROPY_MODULES = {"torch.nn.CrossEntropyLoss", "torch.nn.modules.loss.CrossEntropyLoss"}
+CROSS_ENTROPY_MODULES = functions(Category.LOSS, module=True, short="CrossEntropyLoss")
 NLL_LOSS = f"{FUNCTIONAL}.nll_loss"
-NLL_LOSS_MODULES = {"torch.nn.NLLLoss", "torch.nn.modules.loss.NLLLoss"}
-SOFTMAXES = {f"{FUNCTIONAL}.softmax", "torch.softmax", "torch.special.softmax"}
+NLL_LOSS_MODULES = functions(Category.LOSS, module=True, short="NLLLoss")
+SOFTMAXES = functions(Category.ALONG_DIM, short="softmax")
 SOFTMAX_MODULES = {"torch.nn.Softmax", "torch.nn.modules.activation.Softmax"}
 # Layers that act on the last dimensions of their input and take any number of leading ones
 # (`(*, H)` in torch's docs), and the containers that only call their children: a sample
@@ -445,7 +427,7 @@ BATCH_MIXING_LAYERS = {
 } | {f"{FUNCTIONAL}.batch_norm"}
 # Libraries that run a model with parameters passed per call (MAML-style inner loops).
 FUNCTIONAL_PARAMETERS = ("torch.func", "torch.nn.utils.stateless", "functorch", "higher")
-DROPOUTS = {"torch.nn.Dropout", "torch.nn.modules.dropout.Dropout"}
+DROPOUTS = functions(Category.DROPOUT_LAYER, short="Dropout")
 FUNCTIONAL_DROPOUTS = (f"{FUNCTIONAL}.dropout", "torch.dropout")
 # Module classes whose forward draws from the RNG in training mode (every dropout of torch.nn).
 RANDOM_MODULES = functions(Category.DROPOUT_LAYER)
@@ -460,10 +442,7 @@ SDPA = f"{FUNCTIONAL}.scaled_dot_product_attention"
 INFINITIES = ("math.inf", "torch.inf", "numpy.inf")
 # Methods whose result holds, at each position of a mask, whether the mask was set there
 # (casts, moves, copies, and views that only add or broadcast dims).
-MASK_KEEPING_METHODS = frozenset(
-    "bool to type_as float half bfloat16 double int long byte cuda cpu contiguous detach clone "
-    "view reshape unsqueeze expand".split()
-)
+MASK_KEEPING_METHODS = methods(keeps_mask=True)
 
 # Calls whose result is drawn from the RNG: evaluated once instead of once per step, or in
 # another order, they give other values.
@@ -511,7 +490,7 @@ READ_ONLY_FUNCTIONS = (
 # Tensor methods whose result may be the receiver or share its storage (a view, a cast
 # with nothing to do), and attributes that are such views.
 SHARING_METHODS = methods(shares=True)
-SHARING_ATTRIBUTES = frozenset({"data", "T", "mT", "H", "mH", "real", "imag"})
+SHARING_ATTRIBUTES = attributes(shares=True)
 # Tensor methods whose result always shares the receiver's storage (its memory, pinned or not).
 VIEW_METHODS = methods(Category.VIEW)
 # ... and those whose result is always a view of it, whatever the device and dtype (views
@@ -532,7 +511,7 @@ FORWARD_DRAWS = (
 FORWARD_DRAW_METHODS = frozenset(m for m in RANDOM_METHODS if not m.endswith("_"))
 # What a tensor tells of itself without its values: a test of these reads nothing back from
 # the device and does not break a compiled graph (`if x.dim() == 3:`).
-METADATA_ATTRIBUTES = frozenset("shape ndim dtype device is_cuda requires_grad".split())
+METADATA_ATTRIBUTES = attributes(Category.METADATA)
 METADATA_METHODS = methods(Category.METADATA)
 # torch's functions that draw from its global generator (not the layers that call them).
 TORCH_DRAWS = frozenset(name for name in RANDOM_FUNCTIONS if not name.startswith(FUNCTIONAL))
@@ -656,7 +635,7 @@ NON_MUTATING_CALLS = frozenset(
 MATRIX_PRODUCTS = functions(Category.MATMUL, Category.CONVOLUTION, Category.RECURRENT)
 MATRIX_PRODUCT_METHODS = methods(Category.MATMUL)
 # Containers of modules: what they run is what they are given.
-MODULE_CONTAINERS = frozenset({"torch.nn.Sequential", "torch.nn.ModuleList", "torch.nn.ModuleDict"})
+MODULE_CONTAINERS = functions(Category.CONTAINER)
 # Containers that hold modules by key or by position: their modules are `.values()` or the container.
 MODULE_TABLES = {
     f"torch.nn{path}.{name}": kind
@@ -699,9 +678,7 @@ ACCELERATOR_NAMESPACES = (
     "torch.distributed",
 )
 # Calls that wait until the device has run all the work queued on it.
-DEVICE_SYNCHRONIZES = frozenset(
-    f"torch.{api}.synchronize" for api in ("cuda", "mps", "xpu", "accelerator", "npu", "hpu")
-)
+DEVICE_SYNCHRONIZES = functions(Category.PROCESS, syncs=True)
 # Python's modules whose functions run on the host only: a call of one queues no device work.
 HOST_ONLY_MODULES = (
     "builtins",
@@ -722,17 +699,15 @@ HOST_NUMBER_MODULES = ("math",)
 INT_MATH_FUNCTIONS = frozenset(f"math.{name}" for name in "floor ceil trunc isqrt gcd lcm factorial comb perm".split())
 MATH_CONSTANTS = frozenset(f"math.{name}" for name in "pi e tau inf nan".split())
 # torch's functions that return a Python int: device counts and indices, ranks and world sizes.
-INT_TORCH_FUNCTIONS = frozenset(
-    {f"torch.cuda.{name}" for name in ("device_count", "current_device")}
-    | {f"torch.accelerator.{name}" for name in ("device_count", "current_device_index")}
-    | {f"torch.distributed.{name}" for name in ("get_rank", "get_world_size", "get_node_local_rank")}
-)
+INT_TORCH_FUNCTIONS = functions(Category.PROCESS, python="int")
 # Tests of a value for NaN or infinity: a guard against a broken step (skip it, stop), not a
 # choice between computations.
-FINITENESS_TESTS = frozenset(
-    f"{module}.{name}" for module in ("torch", "math", "numpy") for name in ("isfinite", "isnan", "isinf")
-)
-FINITENESS_METHODS = frozenset({"isfinite", "isnan", "isinf"})
+FINITENESS_TESTS = functions(tests_finiteness=True) | {
+    f"{module}.{name}"
+    for module in ("math", "numpy")
+    for name in ("isfinite", "isnan", "isinf")  # not torch's
+}
+FINITENESS_METHODS = methods(tests_finiteness=True)
 # Methods that move a tensor or module to an accelerator whatever their argument.
 ACCELERATOR_METHODS = frozenset({"cuda", "xpu", "mps", "npu", "hpu", "ipu"})
 # Keywords that name where a call puts what it makes or loads (and Lightning's
@@ -1173,17 +1148,9 @@ LAYER_LIBRARIES = ("torch.", "builtins.", "math.")
 # torch functions (by their last name) a loop's state may go through in a loop that is
 # still a (maybe non-linear) elementwise recurrence; a state passed to any other call
 # (a module, an RNN cell) is not one.
-RECURRENCE_FUNCTION_NAMES = frozenset(n.rsplit(".", 1)[1] for n in functions(Category.UNARY, Category.ALONG_DIM)) | {
-    "einsum",
-    "matmul",
-    "outer",
-    "where",
-}
-# Tensor methods a state may go through in such a loop.
-RECURRENCE_METHODS = frozenset(
-    "unsqueeze squeeze transpose sum mean exp sigmoid tanh relu float to type_as mT softmax clamp abs neg sqrt"
-    " matmul mul add sub div".split()
-)
+RECURRENCE_FUNCTION_NAMES = short(functions(recurrence=True))
+# Tensor methods (and attributes) a state may go through in such a loop.
+RECURRENCE_METHODS = methods(recurrence=True) | attributes(recurrence=True)
 
 
 # -- tables the analyses ask (moved out of each analysis, one place for torch's names) --
