@@ -1,9 +1,11 @@
 """What perfmod knows about torch, in one place: names of factories, tensor
 methods, dtypes, losses and their reductions, autocast and scaler spellings,
-savers. The facts about torch operations and dtypes are views of the tables in
-`torch_ops`; what stays written here is about torch's other objects (datasets,
-loaders, optimizers, modules' own methods, autocast and scaler classes) and
-Python's (builtins, containers, strings, loggers).
+savers. The facts about torch operations, tensor attributes, dtypes, module
+containers, autocast, scalers and a process's devices are views of the tables
+in `torch_ops`; what stays written here is about torch's other objects
+(datasets, loaders, optimizers, modules' own methods) and about libraries that
+are not torch (Python's builtins, containers, strings, loggers; numpy, random,
+tokenizers, torchvision's datasets, perfmod's runtime).
 
 Rules and analyses look facts up here instead of keeping their own copies.
 Names are qualified (aliases resolved): `F.cross_entropy` is

@@ -5,8 +5,12 @@ these defaults, CUDA autocast treats it specially, how its result's shape
 follows from its arguments, it works on the last dims only, which dim of a
 recurrent layer's output runs over time), and where its result is and of
 which dtype (by category, `Op.placement` and `Op.result_dtype`, where the
-entry does not say). Beside it, the table of torch's dtypes (`DTYPES`): their
-names, sizes and the methods that cast to them.
+entry does not say). torch's objects that are no operation of their own (module
+containers, autocast, gradient scalers, a process's device and rank queries)
+have entries too, in categories the views over every category leave out.
+Beside it, the table of a tensor's attributes (`ATTRIBUTES`: views, metadata,
+its gradient) and the table of torch's dtypes (`DTYPES`): their names, sizes
+and the methods that cast to them.
 
 Analyses and rules ask this table (through `torch_facts`, its view as the name
 sets they test membership in) instead of keeping lists of their own, so a fact
@@ -14,8 +18,9 @@ is written once and every client reads the same one. tests/analysis/
 test_torch_ops.py checks the table against the installed torch: every name
 exists, every in-place method is the `_` twin of an entry, each loss's
 default reduction and ignore_index are torch's, each shape rule and
-last-dims entry gives, on a small tensor, what the table says, and each
-method's result is where and of the dtype the table says.
+last-dims entry gives, on a small tensor, what the table says, each
+method's result is where and of the dtype the table says, the module classes
+are torch.nn's, and each attribute is on a tensor what its entry says.
 
 Names are qualified as `names.of` spells them (`torch.nn.functional.cross_entropy`);
 methods are keyed `Tensor.<name>`.
