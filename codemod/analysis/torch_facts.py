@@ -243,14 +243,7 @@ HOOK_REGISTRATIONS = frozenset(
     }
 )
 # Calls that wrap a model and run its forward: `DDP(model)(x)` runs `model`'s.
-MODEL_WRAPPERS = {
-    "torch.nn.parallel.DistributedDataParallel",
-    "torch.nn.parallel.distributed.DistributedDataParallel",
-    "torch.nn.DataParallel",
-    "torch.nn.parallel.DataParallel",
-    "torch.nn.parallel.data_parallel.DataParallel",
-    "torch.compile",
-}
+MODEL_WRAPPERS = functions(Category.WRAPPER)
 MODULE_METHODS = set(
     (
         "parameters named_parameters buffers named_buffers children named_children modules "

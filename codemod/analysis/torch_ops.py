@@ -69,6 +69,7 @@ class Category(enum.Enum):
     GRAD_CLIP = "gradient clip"  # clips the gradients of the parameters it is given to a value
     # torch's objects that are no operation of their own: the views over every category leave them out.
     CONTAINER = "module container"  # an `nn` module that holds others: what it runs is theirs
+    WRAPPER = "model wrapper"  # wraps a model: what it runs is the model's forward (`DDP(model)(x)`)
     PROCESS = "process"  # the devices and ranks of the process, and waits for a device's work
     AUTOCAST = "autocast"  # a context manager that runs the ops under it in reduced precision
     GRAD_SCALER = "gradient scaler"  # scales a float16 loss, unscales the gradients before a step
@@ -114,7 +115,7 @@ _CATEGORY_PLACEMENT = {
     Category.AUTOCAST: Placement.NO_TENSOR,
     Category.GRAD_SCALER: Placement.NO_TENSOR,
 }
-_NOT_OPERATIONS = (Category.CONTAINER, Category.PROCESS, Category.AUTOCAST, Category.GRAD_SCALER)
+_NOT_OPERATIONS = (Category.CONTAINER, Category.WRAPPER, Category.PROCESS, Category.AUTOCAST, Category.GRAD_SCALER)
 _OPERATIONS = tuple(category for category in Category if category not in _NOT_OPERATIONS)
 # What an op's result dtype may be, beside the name of one of DTYPES: some floating dtype
 # whatever its operands' (`mean` of any tensor), its receiver's, or the one its argument names.
@@ -512,6 +513,17 @@ ENTRIES: list[Op] = [
         clips=True,
     ),
     *_ops(Category.CONTAINER, "Sequential ModuleList ModuleDict", prefixes=("torch.nn.",)),
+    *_ops(
+        Category.WRAPPER,
+        "DistributedDataParallel",
+        prefixes=("torch.nn.parallel.", "torch.nn.parallel.distributed."),
+    ),
+    *_ops(
+        Category.WRAPPER,
+        "DataParallel",
+        prefixes=("torch.nn.", "torch.nn.parallel.", "torch.nn.parallel.data_parallel."),
+    ),
+    *_ops(Category.WRAPPER, "compile"),
     *_ops(Category.PROCESS, "device_count current_device", prefixes=("torch.cuda.",), python="int"),
     *_ops(Category.PROCESS, "device_count current_device_index", prefixes=("torch.accelerator.",), python="int"),
     *_ops(

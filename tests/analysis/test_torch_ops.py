@@ -136,10 +136,19 @@ def test_the_module_classes_are_torch_nn_modules(name):
 
 
 def test_the_entries_of_torchs_other_objects_are_what_their_category_says():
-    """Containers hold modules, autocasts are autocast context managers, scalers are
-    GradScalers, and a process's queries answer Python ints."""
+    """Containers hold modules, wrappers run their model's forward, autocasts are autocast
+    context managers, scalers are GradScalers, and a process's queries answer Python ints."""
     for name in functions(Category.CONTAINER):
         assert issubclass(_resolve(name), torch.nn.Module) and hasattr(_resolve(name)(), "__len__"), name
+    model = torch.nn.Linear(2, 2)
+    for name in functions(Category.WRAPPER):  # without a process group, DDP is only checked to wrap
+        wrapper = _resolve(name)
+        if name.endswith("DistributedDataParallel"):
+            assert "module" in inspect.signature(wrapper).parameters
+            continue
+        torch.manual_seed(0)
+        x = torch.rand(3, 2)
+        torch.testing.assert_close(wrapper(model)(x), model(x))
     for name in functions(Category.AUTOCAST):
         assert issubclass(_resolve(name), torch.amp.autocast), name
     for name in functions(Category.GRAD_SCALER):
@@ -148,7 +157,7 @@ def test_the_entries_of_torchs_other_objects_are_what_their_category_says():
         assert inspect.signature(_resolve(name)).return_annotation is int, name
     assert isinstance(torch.cuda.device_count(), int) and isinstance(torch.accelerator.device_count(), int)
     # None of them is an operation: the views over every category leave them out.
-    others = functions(Category.CONTAINER, Category.AUTOCAST, Category.GRAD_SCALER, Category.PROCESS)
+    others = functions(Category.CONTAINER, Category.WRAPPER, Category.AUTOCAST, Category.GRAD_SCALER, Category.PROCESS)
     assert others and not others & functions()
 
 
