@@ -24,6 +24,7 @@ from codemod.analysis.torch_ops import (
     DTYPES,
     FUNCTIONAL,
     KEPT,
+    NN_MODULE_METHODS,
     OPS,
     Category,
     Loss,
@@ -32,6 +33,7 @@ from codemod.analysis.torch_ops import (
     attributes,
     functions,
     methods,
+    module_methods,
     short,
 )
 
@@ -232,16 +234,9 @@ PROCESS_STARTS = {
     "multiprocessing.context.Process": (1, "target"),
 }
 # Module methods that add a hook to every call of the module's forward.
-FORWARD_HOOK_REGISTRATIONS = ("register_forward_hook", "register_forward_pre_hook")
+FORWARD_HOOK_REGISTRATIONS = tuple(sorted(module_methods(hook="forward")))
 # Every hook registration of a module.
-HOOK_REGISTRATIONS = frozenset(
-    {
-        *FORWARD_HOOK_REGISTRATIONS,
-        "register_full_backward_hook",
-        "register_full_backward_pre_hook",
-        "register_backward_hook",
-    }
-)
+HOOK_REGISTRATIONS = module_methods(hook="forward") | module_methods(hook="backward")
 # Calls that wrap a model and run its forward: `DDP(model)(x)` runs `model`'s.
 MODEL_WRAPPERS = functions(Category.WRAPPER)
 MODULE_METHODS = set(
@@ -253,26 +248,12 @@ MODULE_METHODS = set(
         "configure_optimizers save_pretrained no_sync"
     ).split()
 )
-# Module methods that neither move the module nor hand it out: a model's place is the same
-# after `model.compile()` (which compiles its forward in place) as before.
-MODULE_METHODS_IN_PLACE = frozenset(
-    (
-        "eval train compile parameters named_parameters buffers named_buffers state_dict zero_grad "
-        "forward extra_repr requires_grad_"
-    ).split()
-)
-# Module methods that return the module itself: `Net().to(device).train()` is the `Net`.
-MODULE_METHODS_RETURNING_SELF = frozenset(
-    "to cuda cpu xpu ipu mtia train eval float half double bfloat16 type requires_grad_ apply share_memory to_empty".split()
-)
+# Module methods that neither move the module nor hand it out, and those that return it.
+MODULE_METHODS_IN_PLACE = module_methods(keeps_place=True)
+MODULE_METHODS_RETURNING_SELF = module_methods(returns_self=True)
 # Module methods that set an attribute by name (`register_buffer("mask", mask)` makes
 # `self.mask`): method -> the keyword of the value they set.
-MODULE_ATTRIBUTE_SETTERS = {
-    "register_buffer": "tensor",
-    "register_parameter": "param",
-    "add_module": "module",
-    "register_module": "module",
-}
+MODULE_ATTRIBUTE_SETTERS = {m.name: m.sets for m in NN_MODULE_METHODS.values() if m.sets is not None}
 # What a model is set up with before training (a compile goes after the last of these): the
 # moves and casts that return it, and loading its weights; not a mode switch (`.train()`).
 MODULE_SET_UP_METHODS = (MODULE_METHODS_RETURNING_SELF - {"train", "eval"}) | {"load_state_dict"}

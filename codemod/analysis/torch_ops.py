@@ -8,8 +8,9 @@ which dtype (by category, `Op.placement` and `Op.result_dtype`, where the
 entry does not say). torch's objects that are no operation of their own (module
 containers, autocast, gradient scalers, a process's device and rank queries)
 have entries too, in categories the views over every category leave out.
-Beside it, the table of a tensor's attributes (`ATTRIBUTES`: views, metadata,
-its gradient) and the table of torch's dtypes (`DTYPES`): their names, sizes
+Beside it, the tables of a tensor's attributes (`ATTRIBUTES`: views, metadata,
+its gradient), of a module's methods (`NN_MODULE_METHODS`: those that return it,
+keep it where it is, add hooks, set attributes) and of torch's dtypes (`DTYPES`): their names, sizes
 and the methods that cast to them.
 
 Analyses and rules ask this table (through `torch_facts`, its view as the name
@@ -602,6 +603,46 @@ ATTRIBUTES: dict[str, Attr] = {
     )
 }
 
+# A module's methods (`nn.Module`'s), by what they do to the module.
+MODULE = "Module."
+
+
+@dataclass(frozen=True)
+class ModuleMethod:
+    name: str
+    returns_self: bool = False  # it returns the module itself: `Net().to(device).train()` is the `Net`
+    # It neither moves the module nor hands it out: a model's place is the same after
+    # `model.compile()` (which compiles its forward in place) as before.
+    keeps_place: bool = False
+    hook: str | None = None  # it adds a hook to each pass of this kind: "forward", "backward"
+    sets: str | None = None  # it sets an attribute by name (`register_buffer("mask", m)`): the value's keyword
+
+
+def _module_methods(names: str, **facts) -> list[ModuleMethod]:
+    return [ModuleMethod(name, **facts) for name in names.split()]
+
+
+NN_MODULE_METHODS: dict[str, ModuleMethod] = {
+    MODULE + method.name: method
+    for method in (
+        *_module_methods(
+            "to cuda cpu xpu ipu mtia float half double bfloat16 type apply share_memory to_empty", returns_self=True
+        ),
+        *_module_methods("train eval requires_grad_", returns_self=True, keeps_place=True),
+        *_module_methods(
+            "compile parameters named_parameters buffers named_buffers state_dict zero_grad forward extra_repr",
+            keeps_place=True,
+        ),
+        *_module_methods("register_forward_hook register_forward_pre_hook", hook="forward"),
+        *_module_methods(
+            "register_full_backward_hook register_full_backward_pre_hook register_backward_hook", hook="backward"
+        ),
+        ModuleMethod("register_buffer", sets="tensor"),
+        ModuleMethod("register_parameter", sets="param"),
+        *_module_methods("add_module register_module", sets="module"),
+    )
+}
+
 
 def functions(*categories: Category, **facts: object) -> frozenset[str]:
     """Qualified names of the torch functions and classes in `categories` (every
@@ -620,6 +661,12 @@ def attributes(*categories: Category, **facts: object) -> frozenset[str]:
     have the values given (`shares=True`), without `Tensor.`."""
     found = [attr for attr in ATTRIBUTES.values() if not categories or attr.category in categories]
     return frozenset(attr.name for attr in found if all(getattr(attr, f) == v for f, v in facts.items()))
+
+
+def module_methods(**facts: object) -> frozenset[str]:
+    """Names of the module methods whose facts have the values given (`returns_self=True`),
+    without `Module.`."""
+    return frozenset(m.name for m in NN_MODULE_METHODS.values() if all(getattr(m, f) == v for f, v in facts.items()))
 
 
 def _select(method: bool, categories: tuple[Category, ...], facts: dict[str, object]) -> list[Op]:

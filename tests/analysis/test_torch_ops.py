@@ -13,7 +13,6 @@ import re
 import pytest
 import torch
 
-from codemod.analysis.torch_facts import MODULE_METHODS_RETURNING_SELF
 from codemod.analysis.torch_ops import (
     ATTRIBUTES,
     DTYPE_OF,
@@ -24,6 +23,7 @@ from codemod.analysis.torch_ops import (
     KEPT,
     METHOD,
     NAMED,
+    NN_MODULE_METHODS,
     OPS,
     Category,
     Placement,
@@ -31,6 +31,7 @@ from codemod.analysis.torch_ops import (
     attributes,
     functions,
     methods,
+    module_methods,
 )
 
 # Arguments beyond the tensor for entries that need them.
@@ -367,7 +368,43 @@ def test_a_module_class_is_in_the_matrix_products_exactly_when_its_forward_multi
     assert (f"torch.nn.{name}" in MATRIX_PRODUCTS) == multiplies
 
 
-@pytest.mark.parametrize("name", sorted(MODULE_METHODS_RETURNING_SELF))
+@pytest.mark.parametrize("name", sorted(NN_MODULE_METHODS))
+def test_every_module_method_is_nn_modules(name):
+    assert callable(getattr(torch.nn.Module, NN_MODULE_METHODS[name].name, None))
+
+
+@pytest.mark.parametrize("name", sorted(module_methods(keeps_place=True)))
+def test_module_methods_keeping_the_place_leave_the_parameters_where_they_are(name):
+    module = torch.nn.Linear(2, 2)
+    before = [p.data_ptr() for p in module.parameters()]
+    result = getattr(module, name)(*((torch.rand(1, 2),) if name == "forward" else ()))
+    if inspect.isgenerator(result):  # `parameters()`, `buffers()`: run through them
+        result = list(result)
+    assert [p.data_ptr() for p in module.parameters()] == before
+    assert not isinstance(result, torch.nn.Module) or result is module
+
+
+@pytest.mark.parametrize("name", sorted(module_methods(hook="forward") | module_methods(hook="backward")))
+def test_hook_registrations_hook_the_pass_they_say(name):
+    module, passes, running = torch.nn.Linear(2, 2), [], []
+    getattr(module, name)(lambda *arguments: passes.append(running[-1]))
+    running.append("forward")
+    loss = module(torch.rand(1, 2, requires_grad=True)).sum()
+    running.append("backward")
+    loss.backward()
+    assert passes == [NN_MODULE_METHODS["Module." + name].hook]
+
+
+@pytest.mark.parametrize("name", sorted(n for n, m in NN_MODULE_METHODS.items() if m.sets is not None))
+def test_attribute_setters_set_the_value_of_their_keyword(name):
+    method = NN_MODULE_METHODS[name]
+    value = {"tensor": torch.zeros(2), "param": torch.nn.Parameter(torch.zeros(2)), "module": torch.nn.ReLU()}
+    module = torch.nn.Linear(2, 2)
+    getattr(module, method.name)("added", **{method.sets: value[method.sets]})
+    assert module.added is value[method.sets]
+
+
+@pytest.mark.parametrize("name", sorted(module_methods(returns_self=True)))
 def test_module_methods_returning_self_do(name):
     module = torch.nn.Linear(2, 2)
     arguments = {"to": ("cpu",), "type": (torch.float32,), "apply": (lambda m: None,), "to_empty": ()}
