@@ -9,9 +9,9 @@ entry does not say). torch's objects that are no operation of their own (module
 containers, autocast, gradient scalers, a process's device and rank queries)
 have entries too, in categories the views over every category leave out.
 Beside it, the tables of a tensor's attributes (`ATTRIBUTES`: views, metadata,
-its gradient), of a module's methods (`NN_MODULE_METHODS`: those that return it,
-keep it where it is, add hooks, set attributes) and of torch's dtypes (`DTYPES`): their names, sizes
-and the methods that cast to them.
+its gradient), of a module's methods (`NN_MODULE_METHODS`: those that return
+it, keep it where it is, add hooks, set attributes) and of torch's dtypes
+(`DTYPES`: their names, sizes and the methods that cast to them).
 
 Analyses and rules ask this table (through `torch_facts`, its view as the name
 sets they test membership in) instead of keeping lists of their own, so a fact
@@ -561,7 +561,10 @@ ENTRIES: list[Op] = [
     ],
 ]
 # Facts that cut across the groups above, by entry: a mask kept, a step of a recurrence.
-_MASK_KEEPING = "bool to type_as float half bfloat16 double int long byte cuda cpu contiguous detach clone view reshape unsqueeze expand"
+_MASK_KEEPING = (
+    "bool to type_as float half bfloat16 double int long byte cuda cpu contiguous detach clone "
+    "view reshape unsqueeze expand"
+)
 _RECURRENCE_METHODS = (
     "unsqueeze squeeze transpose sum mean exp sigmoid tanh relu float to type_as softmax clamp abs neg sqrt "
     "matmul mul add sub div"
@@ -569,7 +572,7 @@ _RECURRENCE_METHODS = (
 _CROSSING: list[tuple[Iterable[str], dict[str, object]]] = [
     ([METHOD + name for name in _MASK_KEEPING.split()], {"keeps_mask": True}),
     ([METHOD + name for name in _RECURRENCE_METHODS.split()], {"recurrence": True}),
-    # The functions a recurrence may be made of: elementwise math, math along a dim, products.
+    # The functions a recurrence may be made of: elementwise math, math along a dim, products, `where`.
     (
         [
             op.name
