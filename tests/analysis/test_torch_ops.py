@@ -22,13 +22,13 @@ from codemod.analysis.torch_ops import (
     FUNCTIONAL,
     KEPT,
     METHOD,
+    MODULE,
     NAMED,
     NN_MODULE_METHODS,
     OPS,
     Category,
     Placement,
     Shape,
-    attributes,
     functions,
     methods,
     module_methods,
@@ -147,7 +147,6 @@ def test_the_entries_of_torchs_other_objects_are_what_their_category_says():
         if name.endswith("DistributedDataParallel"):
             assert "module" in inspect.signature(wrapper).parameters
             continue
-        torch.manual_seed(0)
         x = torch.rand(3, 2)
         torch.testing.assert_close(wrapper(model)(x), model(x))
     for name in functions(Category.AUTOCAST):
@@ -216,11 +215,6 @@ def test_each_attribute_of_a_tensor_is_what_its_entry_says(name):
         assert value.untyped_storage().data_ptr() == tensor.untyped_storage().data_ptr()
     if attr.dtype == KEPT:
         assert value.dtype == tensor.dtype
-
-
-def test_attribute_views_select_by_their_facts():
-    assert attributes(Category.METADATA) == {"shape", "ndim", "dtype", "device", "is_cuda", "requires_grad"}
-    assert "grad" in attributes(dtype=KEPT) - attributes(shares=True)
 
 
 SHAPE_KEPT = sorted(
@@ -392,7 +386,7 @@ def test_hook_registrations_hook_the_pass_they_say(name):
     loss = module(torch.rand(1, 2, requires_grad=True)).sum()
     running.append("backward")
     loss.backward()
-    assert passes == [NN_MODULE_METHODS["Module." + name].hook]
+    assert passes == [NN_MODULE_METHODS[MODULE + name].hook]
 
 
 @pytest.mark.parametrize("name", sorted(n for n, m in NN_MODULE_METHODS.items() if m.sets is not None))
