@@ -1,9 +1,17 @@
 """What perfmod knows about torch, in one place: names of factories, tensor
 methods, dtypes, losses and their reductions, autocast and scaler spellings,
-savers. The facts about torch operations and dtypes are views of the tables in
-`torch_ops`; what stays written here is about torch's other objects (datasets,
-loaders, optimizers, modules' own methods, autocast and scaler classes) and
-Python's (builtins, containers, strings, loggers).
+savers. In four parts:
+
+- torch, as views of the tables in `torch_ops`: its operations, a tensor's
+  attributes, a module's methods, dtypes, module containers and wrappers,
+  autocast, scalers, a process's device and rank queries;
+- torch, written here: its other objects (datasets, loaders, optimizers,
+  processes, devices) and the lists of operations the table does not say yet;
+- not torch, plain tables: Python's builtins and standard library, Python's
+  random and numpy, tokenizers, torchvision, the training libraries
+  (Accelerate, Lightning, Hugging Face), perfmod's runtime;
+- torch's and other libraries' names together: lists that mix them, and the
+  unions of the tables above.
 
 Rules and analyses look facts up here instead of keeping their own copies.
 Names are qualified (aliases resolved): `F.cross_entropy` is
@@ -22,17 +30,24 @@ from codemod.analysis.torch_ops import (
     DTYPES,
     FUNCTIONAL,
     KEPT,
+    NN_MODULE_METHODS,
     OPS,
     Category,
     Loss,
     Placement,
     Shape,
+    attributes,
     functions,
     methods,
+    module_methods,
     short,
 )
 
-# -- tensors ------------------------------------------------------------------------------
+# ==========================================================================================
+# torch: views of the tables in torch_ops (its operations, attributes, modules' methods, dtypes)
+# ==========================================================================================
+
+# -- tensors -------------------------------------------------------------------------------
 
 # Functions that make a tensor where they are told (`device=`, else the default device), and
 # those whose tensor is in the host's memory (a numpy array's, a buffer's).
@@ -43,7 +58,7 @@ TENSOR_FUNCTIONS = functions(placement=Placement.OPERANDS, module=False, in_plac
 # Tensor methods whose result is one tensor where the receiver is (`x.float()`, `x.view(...)`).
 _PIECES = methods(shape=Shape.SPLIT) | methods(shape=Shape.SLICES)  # a tuple of tensors
 SAME_PLACE_METHODS = methods(placement=Placement.OPERANDS, in_place=False) - _PIECES
-TENSOR_ATTRIBUTES = {"data", "T", "mT", "H", "mH", "grad"}
+TENSOR_ATTRIBUTES = attributes(dtype=KEPT)  # tensors of the receiver's dtype, where it is (`x.T`, `x.grad`)
 # Tensor methods that move a tensor (`to`, `cuda`, `cpu`, `pin_memory`), and those and the
 # ones that write its storage whole (`copy_`, `set_`).
 MOVE_METHODS = methods(placement=Placement.TOLD) | methods(placement=Placement.HOST)
@@ -52,8 +67,6 @@ MOVING_METHODS = MOVE_METHODS | methods(Category.MEMORY, in_place=True)
 # size, storage, the backward pass). Every other method of a tensor, the table's or not
 # (`chunk`, `new_zeros`), gives tensors on the receiver's device; those named `is_*` answer a question.
 NOT_SAME_PLACE_METHODS = MOVE_METHODS | methods(placement=Placement.NO_TENSOR)
-# What only reads a batch or a tensor: a dict's reads, sizes, and the tensor methods above.
-READING_METHODS = frozenset({"keys", "values", "items", "get"}) | methods(Category.METADATA) | SAME_PLACE_METHODS
 # torch's dtypes by their names (`float32`, `float`) and by what they are.
 DTYPE_NAMES = frozenset(name for dtype in DTYPES for name in dtype.names)
 
@@ -73,281 +86,39 @@ INT64_DTYPES = _dtype_names(*(d for d in DTYPES if d.name == "int64"))
 DTYPE_BYTES = {f"torch.{name}": dtype.bytes for dtype in DTYPES for name in dtype.names}
 # The dtype each casting method gives (`x.long()`); the other casts keep the dtype or name it.
 CAST_METHOD_DTYPES = {dtype.cast: f"torch.{dtype.name}" for dtype in DTYPES if dtype.cast is not None}
-DATASET_CLASSES = {
-    "torch.utils.data.TensorDataset",
-    "torch.utils.data.Dataset",
-    "torch.utils.data.IterableDataset",
-    "torch.utils.data.Subset",
-    "torch.utils.data.ConcatDataset",
-}
-# -- datasets and loaders ----------------------------------------------------------------
-# Datasets of torch that are map-style (indexed by the sampler): each index is loaded once,
-# by whichever worker the index is sent to. A list or tuple of samples is one too.
-MAP_STYLE_DATASETS = frozenset(
-    {
-        "torch.utils.data.TensorDataset",
-        "torch.utils.data.Subset",
-        "torch.utils.data.ConcatDataset",
-        "torch.utils.data.StackDataset",
-        "list",
-        "builtins.list",
-        "tuple",
-        "builtins.tuple",
-    }
-)
-MAP_STYLE_PREFIXES = ("torchvision.datasets",)  # all map-style: ImageFolder, MNIST, CIFAR10...
-SPLIT_DATASETS = frozenset({"torch.utils.data.random_split"})  # Subsets of its first argument
-ITERABLE_DATASET = "torch.utils.data.IterableDataset"
-GET_WORKER_INFO = frozenset({"torch.utils.data.get_worker_info", "torch.utils.data._utils.worker.get_worker_info"})
-# Keyword arguments of DataLoader that only mean something with worker processes: a loader
-# that passes one of them has chosen how it loads.
-WORKER_OPTIONS = ("num_workers", "persistent_workers", "prefetch_factor", "multiprocessing_context")
-# torch's own collate function: it stacks the samples of a batch, nothing more.
-DEFAULT_COLLATES = frozenset(
-    {
-        "torch.utils.data.default_collate",
-        "torch.utils.data.dataloader.default_collate",
-        "torch.utils.data._utils.collate.default_collate",
-    }
-)
-# Datasets of torch whose items are rows of the tensors they are given: an item is an index
-# into memory the training process already holds.
-TENSOR_ROW_DATASETS = frozenset({"torch.utils.data.TensorDataset"})
-# Datasets of torch made of other datasets: an item costs what an item of a part costs.
-DATASETS_OF_DATASETS = frozenset(
-    {"torch.utils.data.Subset", "torch.utils.data.ConcatDataset", "torch.utils.data.StackDataset"}
-)
+
+# -- datasets and loaders ------------------------------------------------------------------
+
 # What a `__getitem__` may call and still only index memory it holds: tensor methods that
 # read a size or view or convert the indexed rows where they are (no computation over them),
-# the builtins of index arithmetic, and draws of a random index.
+# with the builtins of index arithmetic and the draws of a random index (INDEX_BUILTINS, INDEX_DRAWS).
 INDEXING_METHODS = (
     methods(Category.VIEW, Category.CAST, placement=Placement.OPERANDS, in_place=False)
     | methods(Category.METADATA)
     | methods(Category.TO_HOST, syncs=True)
 )
-INDEX_BUILTINS = frozenset(f"builtins.{name}" for name in "len int float min max abs slice divmod round".split()) | {
-    "len",
-    "int",
-    "float",
-    "min",
-    "max",
-    "abs",
-    "slice",
-    "divmod",
-    "round",
-}
-INDEX_DRAWS = frozenset(
-    {
-        "torch.randint",
-        "random.randint",
-        "random.randrange",
-        "random.random",
-        "numpy.random.randint",
-        "numpy.random.choice",
-    }
-)
-PASS_THROUGH_ITERABLES = {
-    "iter",
-    "builtins.iter",
-    "tqdm.tqdm",
-    "tqdm.auto.tqdm",
-    "tqdm.notebook.tqdm",
-    "tqdm.std.tqdm",
-    "itertools.islice",
-    "itertools.cycle",
-}
-# Namespaces whose lowercase functions compute tensors where their tensor arguments are
-# (`torch.cos(t)`, `F.relu(x)`, `torch.linalg.norm(x)`), except those listed below.
-TENSOR_NAMESPACES = ("torch", "torch.nn.functional", "torch.linalg", "torch.special", "torch.fft", "torch.nn.utils.rnn")
-# collate functions whose batches hold only tensors, mappings and sequences of them (and
-# Hugging Face's collators, `transformers.DataCollator*`, whose batches are dicts of tensors).
-TENSOR_COLLATES = {
-    "torch.utils.data.default_collate",
-    "torch.utils.data.dataloader.default_collate",
-    "torch.utils.data._utils.collate.default_collate",
-    "runtime.data.PadCollate",
-    "runtime.PadCollate",
-    "transformers.default_data_collator",
-    "transformers.data.data_collator.default_data_collator",
-}
-NOT_TENSOR_FUNCTIONS = {
-    f"torch.{name}"
-    for name in (
-        "save load device manual_seed seed initial_seed compile no_grad enable_grad set_grad_enabled "
-        "inference_mode is_grad_enabled is_tensor is_floating_point is_complex is_nonzero numel typename "
-        "get_default_dtype set_default_dtype set_default_device get_default_device autocast "
-        "use_deterministic_algorithms set_num_threads get_num_threads set_num_interop_threads "
-        "set_float32_matmul_precision get_float32_matmul_precision get_rng_state set_rng_state "
-        "set_printoptions result_type promote_types can_cast finfo iinfo broadcast_shapes"
-    ).split()
-}
-# Keyword of Hugging Face tokenizers and processors whose "pt" value returns a BatchEncoding
-# of CPU tensors (`tokenizer(texts, return_tensors="pt")`).
-RETURN_TENSORS = "return_tensors"
 
-# -- training ----------------------------------------------------------------------------
+# -- training ------------------------------------------------------------------------------
 
-AUTOCAST_NAMES = {
-    "torch.autocast",
-    "torch.amp.autocast",
-    "torch.cuda.amp.autocast",
-    "torch.cuda.amp.autocast_mode.autocast",
-    "torch.cpu.amp.autocast",
-    "torch.cpu.amp.autocast_mode.autocast",
-}
-GRAD_SCALER_NAMES = {
-    "torch.GradScaler",
-    "torch.amp.GradScaler",
-    "torch.amp.grad_scaler.GradScaler",
-    "torch.cuda.amp.GradScaler",
-    "torch.cpu.amp.GradScaler",
-}
-# Learning-rate schedulers that write only the groups' learning rates (`lr`, `initial_lr`),
-# never momentum or weight decay (torch 2.13). CyclicLR and OneCycleLR are not here: with
-# `cycle_momentum=True` (their default) they write each group's momentum too.
-LR_ONLY_SCHEDULERS = frozenset(
-    f"torch.optim.lr_scheduler.{name}"
-    for name in (
-        "LambdaLR",
-        "MultiplicativeLR",
-        "StepLR",
-        "MultiStepLR",
-        "ConstantLR",
-        "LinearLR",
-        "ExponentialLR",
-        "SequentialLR",
-        "CosineAnnealingLR",
-        "ChainedScheduler",
-        "ReduceLROnPlateau",
-        "CosineAnnealingWarmRestarts",
-        "PolynomialLR",
-    )
-)
-# Keys of an optimizer's parameter group that the step of a zero gradient does not read
-# (plain SGD steps `p -= lr * 0` whatever the rate is).
-LR_GROUP_KEYS = frozenset({"lr", "initial_lr", "params"})
-CLIP_NAMES = {
-    "torch.nn.utils.clip_grad_norm_",
-    "torch.nn.utils.clip_grad_value_",
-    "torch.nn.utils.clip_grad_norm",
-    "torch.nn.utils.clip_grad.clip_grad_norm_",
-    "torch.nn.utils.clip_grad.clip_grad_value_",
-}
-DOUBLE_TENSOR_TYPES = {"torch.DoubleTensor", "torch.cuda.DoubleTensor"}
-CUDA_PROBES = {"torch.cuda.is_available", "torch.cuda.device_count"}
-# Calls that run a function in new processes, by where they take it (position, keyword).
-# A process started with `spawn` or `forkserver` (CUDA needs one of them; `forkserver` is
-# Python 3.14's default on Linux) inherits no process-wide setting made before the call.
-PROCESS_STARTS = {
-    "torch.multiprocessing.spawn": (0, "fn"),
-    "torch.multiprocessing.spawn.spawn": (0, "fn"),
-    "torch.multiprocessing.start_processes": (0, "fn"),
-    "torch.multiprocessing.spawn.start_processes": (0, "fn"),
-    "torch.multiprocessing.Process": (1, "target"),
-    "multiprocessing.Process": (1, "target"),
-    "multiprocessing.context.Process": (1, "target"),
-}
+# torch's autocast context managers and gradient scalers, and the calls that clip the gradients.
+AUTOCAST_NAMES = functions(Category.AUTOCAST)
+GRAD_SCALER_NAMES = functions(Category.GRAD_SCALER)
+CLIP_NAMES = functions(clips=True)
 # Module methods that add a hook to every call of the module's forward.
-FORWARD_HOOK_REGISTRATIONS = ("register_forward_hook", "register_forward_pre_hook")
+FORWARD_HOOK_REGISTRATIONS = tuple(sorted(module_methods(hook="forward")))
 # Every hook registration of a module.
-HOOK_REGISTRATIONS = frozenset(
-    {
-        *FORWARD_HOOK_REGISTRATIONS,
-        "register_full_backward_hook",
-        "register_full_backward_pre_hook",
-        "register_backward_hook",
-    }
-)
+HOOK_REGISTRATIONS = module_methods(hook="forward") | module_methods(hook="backward")
 # Calls that wrap a model and run its forward: `DDP(model)(x)` runs `model`'s.
-MODEL_WRAPPERS = {
-    "torch.nn.parallel.DistributedDataParallel",
-    "torch.nn.parallel.distributed.DistributedDataParallel",
-    "torch.nn.DataParallel",
-    "torch.nn.parallel.DataParallel",
-    "torch.nn.parallel.data_parallel.DataParallel",
-    "torch.compile",
-}
-MODULE_METHODS = set(
-    (
-        "parameters named_parameters buffers named_buffers children named_children modules "
-        "named_modules state_dict load_state_dict train eval to cuda cpu half float double "
-        "bfloat16 zero_grad requires_grad_ apply register_forward_hook register_full_backward_hook "
-        "register_forward_pre_hook register_buffer register_parameter add_module get_submodule "
-        "configure_optimizers save_pretrained no_sync"
-    ).split()
-)
-# Module methods that neither move the module nor hand it out: a model's place is the same
-# after `model.compile()` (which compiles its forward in place) as before.
-MODULE_METHODS_IN_PLACE = frozenset(
-    (
-        "eval train compile parameters named_parameters buffers named_buffers state_dict zero_grad "
-        "forward extra_repr requires_grad_"
-    ).split()
-)
-# Module methods that return the module itself: `Net().to(device).train()` is the `Net`.
-MODULE_METHODS_RETURNING_SELF = frozenset(
-    "to cuda cpu xpu ipu mtia train eval float half double bfloat16 type requires_grad_ apply share_memory to_empty".split()
-)
+MODEL_WRAPPERS = functions(Category.WRAPPER)
+# Module methods that neither move the module nor hand it out, and those that return it.
+MODULE_METHODS_IN_PLACE = module_methods(keeps_place=True)
+MODULE_METHODS_RETURNING_SELF = module_methods(returns_self=True)
 # Module methods that set an attribute by name (`register_buffer("mask", mask)` makes
 # `self.mask`): method -> the keyword of the value they set.
-MODULE_ATTRIBUTE_SETTERS = {
-    "register_buffer": "tensor",
-    "register_parameter": "param",
-    "add_module": "module",
-    "register_module": "module",
-}
+MODULE_ATTRIBUTE_SETTERS = {m.name: m.sets for m in NN_MODULE_METHODS.values() if m.sets is not None}
 # What a model is set up with before training (a compile goes after the last of these): the
 # moves and casts that return it, and loading its weights; not a mode switch (`.train()`).
 MODULE_SET_UP_METHODS = (MODULE_METHODS_RETURNING_SELF - {"train", "eval"}) | {"load_state_dict"}
-BUILTIN_PREFIXES = ("builtins.",)
-
-# -- Python ----------------------------------------------------------------------------------
-
-# Methods of Python's containers that return (views of) what the container holds.
-CONTAINER_READS = frozenset({"get", "values", "items", "__getitem__"})
-# Methods whose result may be (part of) what their receiver holds: tensor views and
-# casts with nothing to do, and containers' reads.
-SHARING_CALLS = methods(shares=True) | CONTAINER_READS
-# Builtins whose result depends on their arguments alone and that change nothing.
-PURE_BUILTINS = frozenset(
-    f"builtins.{name}"
-    for name in (
-        "len int float str bool tuple list dict set frozenset min max abs round sum sorted range "
-        "isinstance divmod pow ord chr repr hash"
-    ).split()
-)
-# Builtins that read an object's attributes and change nothing.
-ATTRIBUTE_READERS = frozenset({"builtins.getattr", "builtins.hasattr"})
-# Modules of Python's standard library (and numpy) whose functions run no torch operation:
-# a call of one multiplies no tensors on the GPU.
-NO_TORCH_MODULES = (
-    "builtins math cmath random time datetime os sys json logging warnings itertools collections "
-    "string re enum pathlib argparse numpy"
-).split()
-# Builtins that make a new one-shot iterator: pure to call, but their value is used up once read.
-ITERATOR_BUILTINS = frozenset(f"builtins.{name}" for name in "enumerate zip reversed map filter iter".split())
-# Calls that build a list holding every element in memory (whatever they read), and those
-# that build a tuple.
-LIST_BUILDERS = frozenset({"builtins.list", "builtins.sorted", "random.sample", "random.choices"})
-TUPLE_BUILDERS = frozenset({"builtins.tuple"})
-# String methods that give a list of strings.
-STRING_SPLITS = frozenset("split rsplit splitlines".split())
-# Methods of Python's strings, lists, dicts and sets that change their receiver.
-MUTATING_METHODS = frozenset(
-    "append extend insert pop remove clear sort reverse update setdefault popitem add discard "
-    "difference_update intersection_update symmetric_difference_update __setitem__ __delitem__".split()
-)
-# Methods of Python's strings and containers (and nn.Module's get_submodule) that read and change nothing.
-READ_ONLY_METHODS = frozenset(
-    (
-        "get keys values items copy count index split rsplit splitlines join strip lstrip rstrip lower "
-        "upper title capitalize casefold startswith endswith replace format find rfind partition rpartition "
-        "isdigit isalpha isalnum isspace isupper islower zfill ljust rjust center encode decode "
-        "union intersection difference issubset issuperset"
-        # nn.Module's look-up of a submodule by its dotted name: what an attribute access reads
-        " get_submodule"
-    ).split()
-)
 
 # -- losses --------------------------------------------------------------------------------
 
@@ -423,95 +194,30 @@ def autocast_float16(name: str) -> bool:
 
 
 CROSS_ENTROPY = f"{FUNCTIONAL}.cross_entropy"
-CROSS_ENTROPY_MODULES = {"torch.nn.CrossEntropyLoss", "torch.nn.modules.loss.CrossEntropyLoss"}
+CROSS_ENTROPY_MODULES = functions(Category.LOSS, module=True, short="CrossEntropyLoss")
 NLL_LOSS = f"{FUNCTIONAL}.nll_loss"
-NLL_LOSS_MODULES = {"torch.nn.NLLLoss", "torch.nn.modules.loss.NLLLoss"}
-SOFTMAXES = {f"{FUNCTIONAL}.softmax", "torch.softmax", "torch.special.softmax"}
-SOFTMAX_MODULES = {"torch.nn.Softmax", "torch.nn.modules.activation.Softmax"}
-# Layers that act on the last dimensions of their input and take any number of leading ones
-# (`(*, H)` in torch's docs), and the containers that only call their children: a sample
-# without its batch dimension gives the values its row of a batch gives.
-LEADING_DIM_LAYERS = (
-    functions(Category.ELEMENTWISE_LAYER)
-    | functions(last_dims=True, module=True)
-    | {f"torch.nn.{name}" for name in ("Embedding", "Dropout", "Sequential", "ModuleList")}
-)
-# Layers whose output for one sample depends on the other samples of the batch (in training mode).
-BATCH_MIXING_LAYERS = {
-    f"torch.nn.{name}"
-    for name in (
-        "BatchNorm1d BatchNorm2d BatchNorm3d LazyBatchNorm1d LazyBatchNorm2d LazyBatchNorm3d SyncBatchNorm"
-    ).split()
-} | {f"{FUNCTIONAL}.batch_norm"}
-# Libraries that run a model with parameters passed per call (MAML-style inner loops).
-FUNCTIONAL_PARAMETERS = ("torch.func", "torch.nn.utils.stateless", "functorch", "higher")
-DROPOUTS = {"torch.nn.Dropout", "torch.nn.modules.dropout.Dropout"}
-FUNCTIONAL_DROPOUTS = (f"{FUNCTIONAL}.dropout", "torch.dropout")
+NLL_LOSS_MODULES = functions(Category.LOSS, module=True, short="NLLLoss")
+SOFTMAXES = functions(Category.ALONG_DIM, short="softmax")
+DROPOUTS = functions(Category.DROPOUT_LAYER, short="Dropout")
 # Module classes whose forward draws from the RNG in training mode (every dropout of torch.nn).
 RANDOM_MODULES = functions(Category.DROPOUT_LAYER)
-# Where each dropout of torch takes its probability of zeroing an element, (position,
-# keyword): a module's construction, a function's call. With p = 0 it zeroes nothing, and
-# draws nothing from the RNG (torch returns the input: `torch.nn.functional.dropout`).
-DROP_PROBABILITY = {name: (0, "p") for name in RANDOM_MODULES} | {
-    f"{FUNCTIONAL}.{name}": (1, "p")
-    for name in ("dropout", "dropout1d", "dropout2d", "dropout3d", "alpha_dropout", "feature_alpha_dropout")
-}
 SDPA = f"{FUNCTIONAL}.scaled_dot_product_attention"
-INFINITIES = ("math.inf", "torch.inf", "numpy.inf")
 # Methods whose result holds, at each position of a mask, whether the mask was set there
 # (casts, moves, copies, and views that only add or broadcast dims).
-MASK_KEEPING_METHODS = frozenset(
-    "bool to type_as float half bfloat16 double int long byte cuda cpu contiguous detach clone "
-    "view reshape unsqueeze expand".split()
-)
-
+MASK_KEEPING_METHODS = methods(keeps_mask=True)
 # Calls whose result is drawn from the RNG: evaluated once instead of once per step, or in
 # another order, they give other values.
 RANDOM_FUNCTIONS = functions(random=True)
-# Calls that draw a random permutation of `range(n)`: a shuffled order of the samples.
-PERMUTATIONS = frozenset({"torch.randperm", "numpy.random.permutation"})
 RANDOM_METHODS = methods(random=True)
 # Tensor methods whose result is a tensor computed from the receiver and arguments alone.
 DETERMINISTIC_TENSOR_METHODS = (SAME_PLACE_METHODS | MOVE_METHODS) - RANDOM_METHODS
 # torch functions whose result depends on their arguments alone: no draw from the RNG, no
 # uninitialized memory (made once instead of once per step, they give the same tensor).
 DETERMINISTIC_FACTORIES = functions(Category.FACTORY, random=False, uninitialized=False)
-# Calls known to change none of their arguments: builtins that read, torch's functions and
-# factories but the in-place ones (`torch.nn.init.normal_`), and numpy's and math's that
-# compute a new value. An argument handed to any other library call may be changed in place
-# (`random.shuffle(order)`, `heapq.heappush(queue, item)`, `np.copyto(dst, src)`).
-READ_ONLY_FUNCTIONS = (
-    PURE_BUILTINS
-    | ATTRIBUTE_READERS
-    | ITERATOR_BUILTINS
-    | LIST_BUILDERS
-    | TUPLE_BUILDERS
-    | frozenset(f"builtins.{name}" for name in "print id type callable format vars".split())
-    | functions(in_place=False)
-    | frozenset(
-        {
-            "torch.autograd.Variable",
-            "torch.autograd.grad",
-            "torch.utils.data.TensorDataset",
-            "torch.utils.data.DataLoader",
-            "torch.utils.data.Subset",
-        }
-    )
-    | frozenset(
-        f"numpy.{name}"
-        for name in (
-            "array asarray stack concatenate mean sum std var min max argmin argmax abs sqrt exp log "
-            "clip where zeros_like ones_like full_like copy"
-        ).split()
-    )
-    | frozenset(
-        f"math.{name}" for name in "sqrt exp log log2 log10 cos sin tan floor ceil isnan isinf isfinite prod".split()
-    )
-)
 # Tensor methods whose result may be the receiver or share its storage (a view, a cast
 # with nothing to do), and attributes that are such views.
 SHARING_METHODS = methods(shares=True)
-SHARING_ATTRIBUTES = frozenset({"data", "T", "mT", "H", "mH", "real", "imag"})
+SHARING_ATTRIBUTES = attributes(shares=True)
 # Tensor methods whose result always shares the receiver's storage (its memory, pinned or not).
 VIEW_METHODS = methods(Category.VIEW)
 # ... and those whose result is always a view of it, whatever the device and dtype (views
@@ -532,91 +238,14 @@ FORWARD_DRAWS = (
 FORWARD_DRAW_METHODS = frozenset(m for m in RANDOM_METHODS if not m.endswith("_"))
 # What a tensor tells of itself without its values: a test of these reads nothing back from
 # the device and does not break a compiled graph (`if x.dim() == 3:`).
-METADATA_ATTRIBUTES = frozenset("shape ndim dtype device is_cuda requires_grad".split())
+METADATA_ATTRIBUTES = attributes(Category.METADATA)
 METADATA_METHODS = methods(Category.METADATA)
 # torch's functions that draw from its global generator (not the layers that call them).
 TORCH_DRAWS = frozenset(name for name in RANDOM_FUNCTIONS if not name.startswith(FUNCTIONAL))
-# Calls that draw a batch of samples (or of their indices) at random, with replacement
-# across calls: qualified name -> how a message spells it.
-BATCH_DRAWS = {
-    "torch.randint": "torch.randint",
-    "random.sample": "random.sample",
-    "random.choices": "random.choices",
-    "numpy.random.randint": "np.random.randint",
-    "numpy.random.choice": "np.random.choice",
-}
-# The draws of BATCH_DRAWS that pick from a population (a sequence, or `n` for `range(n)`);
-# the others draw integers below a bound.
-POPULATION_DRAWS = frozenset({"random.sample", "random.choices", "numpy.random.choice"})
-# Random generator objects, by family: the calls that build one.
-GENERATOR_CONSTRUCTORS = {
-    "random": ("random.Random",),
-    "numpy": ("numpy.random.default_rng", "numpy.random.RandomState", "numpy.random.Generator"),
-}
-# Methods of those generator objects that draw a batch: method -> {family: the draw it works as}.
-GENERATOR_BATCH_DRAWS = {
-    "sample": {"random": "random.sample"},
-    "choices": {"random": "random.choices"},
-    "choice": {"numpy": "numpy.random.choice"},
-    "integers": {"numpy": "numpy.random.randint"},
-    "randint": {"numpy": "numpy.random.randint"},
-}
 # Calls that read the gradients of the parameters they are given.
 GRAD_NORMS = functions(Category.GRAD_NORM)
 
-# -- tokenizers (Hugging Face, tiktoken) ----------------------------------------------------
-
-# How a known tokenizer is built: qualified name of the call (with the
-# `transformers.<...Tokenizer...>.from_pretrained` family, see TOKENIZER_CLASS_WORD).
-TOKENIZER_BUILDERS = frozenset(
-    {
-        "tiktoken.get_encoding",
-        "tiktoken.encoding_for_model",
-        "tokenizers.Tokenizer.from_file",
-        "tokenizers.Tokenizer.from_pretrained",
-        "tokenizers.Tokenizer.from_str",
-    }
-)
-TOKENIZER_CLASS_WORD = "Tokenizer"  # `transformers.AutoTokenizer.from_pretrained`, `GPT2TokenizerFast...`
-# Methods of those tokenizers that compute ids from their arguments and change nothing.
-TOKENIZER_METHODS = frozenset(
-    {
-        "encode",
-        "encode_plus",
-        "batch_encode_plus",
-        "apply_chat_template",
-        "tokenize",
-        "convert_tokens_to_ids",
-        "encode_ordinary",
-        "encode_batch",
-    }
-)
-# Methods that turn ids (or a model's output) back into text, or generate it.
-DETOKENIZER_METHODS = frozenset({"decode", "batch_decode", "generate"})
-# Methods of a tokenizer that read it and change nothing: its pure methods and decoding.
-TOKENIZER_READERS = TOKENIZER_METHODS | {"decode", "batch_decode"}
-# The keyword that makes a Hugging Face tokenizer pad a batch of texts to its longest, and its
-# values that leave the ids unpadded.
-TOKENIZER_PADDING = "padding"
-TOKENIZER_NO_PADDING = frozenset({"False", "'do_not_pad'", '"do_not_pad"'})
-# The library a known tokenizer's builder comes from (the top of its qualified name), as users name it.
-TOKENIZER_LIBRARIES = {"transformers": "Hugging Face", "tokenizers": "Hugging Face", "tiktoken": "tiktoken"}
-# Context managers that change how ops are computed (precision, gradients), not what a
-# factory or a tokenizer gives.
-TRANSPARENT_BLOCKS = frozenset(
-    {
-        "torch.no_grad",
-        "torch.enable_grad",
-        "torch.inference_mode",
-        "torch.autocast",
-        "torch.amp.autocast",
-        "torch.cuda.amp.autocast",
-        "torch.cpu.amp.autocast",
-        "contextlib.nullcontext",
-    }
-)
-
-# -- the dtype of a method's result ------------------------------------------------------
+# -- the dtype of a method's result --------------------------------------------------------
 
 # Tensor methods whose result is floating point, int64 or bool whatever their receiver's
 # dtype, and those whose result (called with no argument) keeps their receiver's dtype: what
@@ -643,36 +272,15 @@ PURE_TENSOR_METHODS = methods(pure=True) | (TENSOR_RESULT_METHODS - methods(rand
 # write in place, no checkpoint written, no gradients read, no module built that draws its
 # weights (`nn.Linear`, `nn.Conv2d`, `nn.LSTM`: a loss module has none).
 PURE_TORCH_FUNCTIONS = functions(pure=True)
-# Functions that take a tensor, read it and change nothing in it (they return something new).
-NON_MUTATING_CALLS = frozenset(
-    {f"builtins.{name}" for name in "print float int len str repr isinstance".split()}
-    | {f"{module}.{name}" for module in ("math", "torch") for name in ("isnan", "isfinite", "isinf")}
-)
 
-# -- matrix products ---------------------------------------------------------------------
+# -- matrix products -----------------------------------------------------------------------
 
 # Functions and `nn` module classes that multiply matrices (matmul, linear, attention,
 # recurrent and convolution layers): the float32 work that TF32 and reduced precision change.
 MATRIX_PRODUCTS = functions(Category.MATMUL, Category.CONVOLUTION, Category.RECURRENT)
 MATRIX_PRODUCT_METHODS = methods(Category.MATMUL)
 # Containers of modules: what they run is what they are given.
-MODULE_CONTAINERS = frozenset({"torch.nn.Sequential", "torch.nn.ModuleList", "torch.nn.ModuleDict"})
-# Containers that hold modules by key or by position: their modules are `.values()` or the container.
-MODULE_TABLES = {
-    f"torch.nn{path}.{name}": kind
-    for name, kind in (("ModuleDict", "dict"), ("ModuleList", "list"))
-    for path in ("", ".modules.container")
-}
-# perfmod's runtime, as rewritten code calls it: the precision policy, data loading,
-# checkpoints, hooks, process setup and the elementwise linear recurrence multiply no
-# matrices (`runtime.kernels.linear_attention` does).
-RUNTIME_WITHOUT_PRODUCTS = (
-    "runtime.amp runtime.data runtime.checkpoint runtime.hooks runtime.distributed runtime.trace "
-    "runtime.kernels.linear_recurrence runtime.kernels.scan"
-).split()
-# torch's calls that hand back a model built elsewhere (a file, a hub): what it runs is unknown.
-MODEL_LOADERS = ("torch.load", "torch.jit.load", "torch.hub", "torch.export.load", "torch.package")
-
+MODULE_CONTAINERS = functions(Category.CONTAINER)
 # Functions and tensor methods that reduce a tensor to fewer dims, and every loss: what
 # computes a loss value (a function that calls none of them computes none).
 REDUCING_FUNCTIONS = functions(Category.REDUCTION, Category.LOSS)
@@ -682,7 +290,205 @@ COMPILE_BREAKS = {name: op.compile_breaks for name, op in OPS.items() if op.comp
 COMPILE_BREAK_FUNCTIONS = frozenset(name for name in COMPILE_BREAKS if not name.startswith("Tensor."))
 COMPILE_BREAK_METHODS = frozenset(name.removeprefix("Tensor.") for name in COMPILE_BREAKS if name.startswith("Tensor."))
 
-# -- devices ---------------------------------------------------------------------------------
+# -- devices -------------------------------------------------------------------------------
+
+# Calls that wait until the device has run all the work queued on it.
+DEVICE_SYNCHRONIZES = functions(Category.PROCESS, syncs=True)
+# torch's functions that return a Python int: device counts and indices, ranks and world sizes.
+INT_TORCH_FUNCTIONS = functions(Category.PROCESS, python="int")
+# Tensor methods that test a value for NaN or infinity (and the functions: FINITENESS_TESTS).
+FINITENESS_METHODS = methods(tests_finiteness=True)
+
+# -- checkpoints ---------------------------------------------------------------------------
+
+# Calls that write a checkpoint synchronously.
+SAVE_FUNCTIONS = functions(Category.SAVE)
+TORCH_SAVES = frozenset(name for name in SAVE_FUNCTIONS if name.startswith("torch."))  # pickles any object
+
+# -- sizes ---------------------------------------------------------------------------------
+
+# Factories whose positional arguments (or one tuple of them) are the shape, float32 by default.
+SHAPED_FACTORIES = functions(shape=Shape.NEW)
+# Factories of a float tensor of one dim whose length is their `steps` (`linspace(start, end, steps)`).
+STEPS_FACTORIES = functions(shape=Shape.STEPS)
+INTEGER_FACTORIES = functions(shape=Shape.BOUNDED)  # `randint(low, high, size)`: int64 by default
+# Factories of a tensor of another's shape and dtype (`dtype=` may name another).
+LIKE_FACTORIES = functions(shape=Shape.LIKE)
+# Factories whose first argument is the shape and whose second is the value of every element.
+FILLED_FACTORIES = functions(shape=Shape.FILLED)
+FILLED_METHODS = methods(shape=Shape.FILLED)  # `x.new_full((B, T), v)`
+# Tensor methods that make a tensor on the receiver's device from the sizes they are given.
+NEW_FACTORY_METHODS = methods(Category.FACTORY, shape=Shape.NEW) | FILLED_METHODS
+# Tensor methods by how their result's shape follows from the receiver's and their arguments.
+RESHAPING_METHODS = methods(shape=Shape.SIZES)  # `view(B, -1)`, `expand`, `repeat`
+REORDERING_METHODS = methods(shape=Shape.REORDERED)  # `transpose`, `permute`, `movedim`
+SQUEEZING_METHODS = methods(shape=Shape.SQUEEZED)  # `unsqueeze`, `squeeze`, `flatten`, `unflatten`
+SPLITTING_METHODS = methods(shape=Shape.SPLIT)  # `split(4, dim=-1)`: a size first, then the dim
+# Tensor methods whose result is not one tensor of a shape: pieces, a size, a Python value.
+NOT_ONE_TENSOR_METHODS = SPLITTING_METHODS | methods(shape=Shape.SLICES) | methods(Category.METADATA, Category.TO_HOST)
+# Matrix products of their two operands (`a @ b`'s shape), as functions and tensor methods.
+PRODUCT_FUNCTIONS = functions(shape=Shape.PRODUCT)
+JOINING_FUNCTIONS = functions(shape=Shape.JOINED)  # `torch.cat`
+STACKING_FUNCTIONS = functions(shape=Shape.STACKED)  # `torch.stack`
+PRODUCT_METHODS = methods(shape=Shape.PRODUCT)
+# `nn` module classes whose output has the shape of their input: activations, norms, dropout.
+SAME_SHAPE_MODULES = functions(Category.ELEMENTWISE_LAYER, Category.NORM_LAYER, Category.DROPOUT_LAYER)
+ELEMENTWISE_MODULES = functions(Category.ELEMENTWISE_LAYER)  # each output element from its input element
+# What works on the last dims whatever its arguments say, and keeps the leading dims as batch
+# dims: `tril`, `layer_norm`, `matmul`, `F.linear`, `F.embedding`; `nn.Linear`, `nn.LayerNorm`.
+LAST_DIM_FUNCTIONS = functions(last_dims=True, module=False)
+LAST_DIM_METHODS = methods(last_dims=True)
+LAST_DIM_MODULES = functions(last_dims=True, module=True)
+# How the shape of a tensor computed from others follows from theirs, by the table's categories:
+# elementwise ops (and those along one dim) keep the broadcast shape of their operands, reductions
+# drop (or, with `keepdim`, keep as 1) the dims they are given, casts keep the shape.
+SHAPE_KEEPING_FUNCTIONS = functions(Category.UNARY, Category.BINARY, Category.ALONG_DIM, in_place=False)
+SHAPE_KEEPING_METHODS = methods(Category.UNARY, Category.BINARY, Category.ALONG_DIM, Category.CAST, in_place=False)
+REDUCTION_FUNCTIONS = functions(Category.REDUCTION)
+REDUCTION_METHODS = methods(Category.REDUCTION)
+NORM_METHODS = methods(Category.NORM)  # `x.norm(p, dim)`: reduced as a reduction, its dim second
+
+# -- a per-sample loop run once on the batch (PM502) ---------------------------------------
+
+# Methods whose result holds, element for element, what the receiver held: casts and
+# unary math without a draw (`to` and `type` take their arguments into account elsewhere),
+# and `pow` of a number.
+ONE_OPERAND_METHODS = frozenset(methods(Category.UNARY, Category.CAST, random=False, in_place=False) | {"pow"})
+ONE_OPERAND_FUNCTIONS = frozenset(functions(Category.UNARY, random=False) | {"torch.pow"})
+
+# -- a loop over time read as a recurrence (PM505) -----------------------------------------
+
+# torch functions (by their last name) a loop's state may go through in a loop that is
+# still a (maybe non-linear) elementwise recurrence; a state passed to any other call
+# (a module, an RNN cell) is not one.
+RECURRENCE_FUNCTION_NAMES = short(functions(recurrence=True))
+# Tensor methods (and attributes) a state may go through in such a loop.
+RECURRENCE_METHODS = methods(recurrence=True) | attributes(recurrence=True)
+
+
+# ==========================================================================================
+# torch, written here: its other objects (data loading, optimizers, processes, devices) and
+# the lists of operations the table does not say yet
+# ==========================================================================================
+
+# -- datasets and loaders ------------------------------------------------------------------
+
+# torch's dataset classes: a dataset built of tensors is where they are.
+DATASET_CLASSES = {
+    "torch.utils.data.TensorDataset",
+    "torch.utils.data.Dataset",
+    "torch.utils.data.IterableDataset",
+    "torch.utils.data.Subset",
+    "torch.utils.data.ConcatDataset",
+}
+SPLIT_DATASETS = frozenset({"torch.utils.data.random_split"})  # Subsets of its first argument
+ITERABLE_DATASET = "torch.utils.data.IterableDataset"
+GET_WORKER_INFO = frozenset({"torch.utils.data.get_worker_info", "torch.utils.data._utils.worker.get_worker_info"})
+# Keyword arguments of DataLoader that only mean something with worker processes: a loader
+# that passes one of them has chosen how it loads.
+WORKER_OPTIONS = ("num_workers", "persistent_workers", "prefetch_factor", "multiprocessing_context")
+# torch's own collate function: it stacks the samples of a batch, nothing more.
+DEFAULT_COLLATES = frozenset(
+    {
+        "torch.utils.data.default_collate",
+        "torch.utils.data.dataloader.default_collate",
+        "torch.utils.data._utils.collate.default_collate",
+    }
+)
+# Datasets of torch whose items are rows of the tensors they are given: an item is an index
+# into memory the training process already holds.
+TENSOR_ROW_DATASETS = frozenset({"torch.utils.data.TensorDataset"})
+# Datasets of torch made of other datasets: an item costs what an item of a part costs.
+DATASETS_OF_DATASETS = frozenset(
+    {"torch.utils.data.Subset", "torch.utils.data.ConcatDataset", "torch.utils.data.StackDataset"}
+)
+# Namespaces whose lowercase functions compute tensors where their tensor arguments are
+# (`torch.cos(t)`, `F.relu(x)`, `torch.linalg.norm(x)`), except those listed below.
+TENSOR_NAMESPACES = ("torch", "torch.nn.functional", "torch.linalg", "torch.special", "torch.fft", "torch.nn.utils.rnn")
+NOT_TENSOR_FUNCTIONS = {
+    f"torch.{name}"
+    for name in (
+        "save load device manual_seed seed initial_seed compile no_grad enable_grad set_grad_enabled "
+        "inference_mode is_grad_enabled is_tensor is_floating_point is_complex is_nonzero numel typename "
+        "get_default_dtype set_default_dtype set_default_device get_default_device autocast "
+        "use_deterministic_algorithms set_num_threads get_num_threads set_num_interop_threads "
+        "set_float32_matmul_precision get_float32_matmul_precision get_rng_state set_rng_state "
+        "set_printoptions result_type promote_types can_cast finfo iinfo broadcast_shapes"
+    ).split()
+}
+
+# -- training ------------------------------------------------------------------------------
+
+# Learning-rate schedulers that write only the groups' learning rates (`lr`, `initial_lr`),
+# never momentum or weight decay (torch 2.13). CyclicLR and OneCycleLR are not here: with
+# `cycle_momentum=True` (their default) they write each group's momentum too.
+LR_ONLY_SCHEDULERS = frozenset(
+    f"torch.optim.lr_scheduler.{name}"
+    for name in (
+        "LambdaLR",
+        "MultiplicativeLR",
+        "StepLR",
+        "MultiStepLR",
+        "ConstantLR",
+        "LinearLR",
+        "ExponentialLR",
+        "SequentialLR",
+        "CosineAnnealingLR",
+        "ChainedScheduler",
+        "ReduceLROnPlateau",
+        "CosineAnnealingWarmRestarts",
+        "PolynomialLR",
+    )
+)
+# Keys of an optimizer's parameter group that the step of a zero gradient does not read
+# (plain SGD steps `p -= lr * 0` whatever the rate is).
+LR_GROUP_KEYS = frozenset({"lr", "initial_lr", "params"})
+# The tensor types that make float64 the default dtype (`torch.set_default_tensor_type`).
+DOUBLE_TENSOR_TYPES = {"torch.DoubleTensor", "torch.cuda.DoubleTensor"}
+# Calls whose value tells whether the process has a CUDA device (`if torch.cuda.is_available():`).
+CUDA_PROBES = {"torch.cuda.is_available", "torch.cuda.device_count"}
+
+# -- layers, dropouts and draws ------------------------------------------------------------
+
+# `nn.Softmax` under both its names.
+SOFTMAX_MODULES = {"torch.nn.Softmax", "torch.nn.modules.activation.Softmax"}
+# Layers that act on the last dimensions of their input and take any number of leading ones
+# (`(*, H)` in torch's docs), and the containers that only call their children: a sample
+# without its batch dimension gives the values its row of a batch gives.
+LEADING_DIM_LAYERS = (
+    functions(Category.ELEMENTWISE_LAYER)
+    | functions(last_dims=True, module=True)
+    | {f"torch.nn.{name}" for name in ("Embedding", "Dropout", "Sequential", "ModuleList")}
+)
+# Layers whose output for one sample depends on the other samples of the batch (in training mode).
+BATCH_MIXING_LAYERS = {
+    f"torch.nn.{name}"
+    for name in (
+        "BatchNorm1d BatchNorm2d BatchNorm3d LazyBatchNorm1d LazyBatchNorm2d LazyBatchNorm3d SyncBatchNorm"
+    ).split()
+} | {f"{FUNCTIONAL}.batch_norm"}
+# The plain dropout as a function, in torch.nn.functional and torch.
+FUNCTIONAL_DROPOUTS = (f"{FUNCTIONAL}.dropout", "torch.dropout")
+# Where each dropout of torch takes its probability of zeroing an element, (position,
+# keyword): a module's construction, a function's call. With p = 0 it zeroes nothing, and
+# draws nothing from the RNG (torch returns the input: `torch.nn.functional.dropout`).
+DROP_PROBABILITY = {name: (0, "p") for name in RANDOM_MODULES} | {
+    f"{FUNCTIONAL}.{name}": (1, "p")
+    for name in ("dropout", "dropout1d", "dropout2d", "dropout3d", "alpha_dropout", "feature_alpha_dropout")
+}
+
+# -- models --------------------------------------------------------------------------------
+
+# Containers that hold modules by key or by position: their modules are `.values()` or the container.
+MODULE_TABLES = {
+    f"torch.nn{path}.{name}": kind
+    for name, kind in (("ModuleDict", "dict"), ("ModuleList", "list"))
+    for path in ("", ".modules.container")
+}
+# torch's calls that hand back a model built elsewhere (a file, a hub): what it runs is unknown.
+MODEL_LOADERS = ("torch.load", "torch.jit.load", "torch.hub", "torch.export.load", "torch.package")
+
+# -- devices -------------------------------------------------------------------------------
 
 # Where a program may put tensors on an accelerator: calls under these names (CUDA, MPS, XPU,
 # the generic accelerator API, a default device, the data-parallel wrappers, process groups).
@@ -698,41 +504,6 @@ ACCELERATOR_NAMESPACES = (
     "torch.nn.parallel",
     "torch.distributed",
 )
-# Calls that wait until the device has run all the work queued on it.
-DEVICE_SYNCHRONIZES = frozenset(
-    f"torch.{api}.synchronize" for api in ("cuda", "mps", "xpu", "accelerator", "npu", "hpu")
-)
-# Python's modules whose functions run on the host only: a call of one queues no device work.
-HOST_ONLY_MODULES = (
-    "builtins",
-    "time",
-    "math",
-    "os",
-    "sys",
-    "logging",
-    "json",
-    "datetime",
-    "random",
-    "contextlib",  # `nullcontext()`, `ExitStack()`: what they enter may queue work, not they
-)
-# Python's functions of numbers to numbers: on Python numbers they run on the host and queue nothing.
-HOST_NUMBER_FUNCTIONS = frozenset(f"builtins.{name}" for name in "min max abs float int round pow".split())
-HOST_NUMBER_MODULES = ("math",)
-# `math`'s functions whose result is an int (the others give floats), and its constants.
-INT_MATH_FUNCTIONS = frozenset(f"math.{name}" for name in "floor ceil trunc isqrt gcd lcm factorial comb perm".split())
-MATH_CONSTANTS = frozenset(f"math.{name}" for name in "pi e tau inf nan".split())
-# torch's functions that return a Python int: device counts and indices, ranks and world sizes.
-INT_TORCH_FUNCTIONS = frozenset(
-    {f"torch.cuda.{name}" for name in ("device_count", "current_device")}
-    | {f"torch.accelerator.{name}" for name in ("device_count", "current_device_index")}
-    | {f"torch.distributed.{name}" for name in ("get_rank", "get_world_size", "get_node_local_rank")}
-)
-# Tests of a value for NaN or infinity: a guard against a broken step (skip it, stop), not a
-# choice between computations.
-FINITENESS_TESTS = frozenset(
-    f"{module}.{name}" for module in ("torch", "math", "numpy") for name in ("isfinite", "isnan", "isinf")
-)
-FINITENESS_METHODS = frozenset({"isfinite", "isnan", "isinf"})
 # Methods that move a tensor or module to an accelerator whatever their argument.
 ACCELERATOR_METHODS = frozenset({"cuda", "xpu", "mps", "npu", "hpu", "ipu"})
 # Keywords that name where a call puts what it makes or loads (and Lightning's
@@ -741,188 +512,12 @@ DEVICE_KEYWORDS = frozenset({"device", "device_map", "map_location", "accelerato
 # Words that show, in a module's text, that it may place tensors on an accelerator.
 ACCELERATOR_WORDS = (b"cuda", b"device", b"mps", b"xpu", b"accelerator", b"DataParallel")
 
-# -- training engines ---------------------------------------------------------------------
+# -- checkpoints ---------------------------------------------------------------------------
 
-# Objects whose `.backward(loss)` runs the backward pass and that own the training's mixed
-# precision: their constructor's keyword that sets it.
-PRECISION_OWNERS = {
-    "accelerate.Accelerator": "mixed_precision",
-    "accelerate.accelerator.Accelerator": "mixed_precision",
-    "lightning.Fabric": "precision",
-    "lightning.fabric.Fabric": "precision",
-    "lightning_fabric.Fabric": "precision",
-}
-# Lightning's Trainer (Lightning 2.x; the `pytorch_lightning` package too): it runs every
-# training_step under the mixed precision its `precision=` names, on the accelerator its
-# `accelerator=` names ("auto" by default: CUDA where a CUDA GPU is present, else MPS, TPU
-# or the CPU). "gpu" and "cuda" train on a GPU.
-LIGHTNING_TRAINERS = frozenset(
-    f"{package}.{path}Trainer"
-    for package in ("lightning", "lightning.pytorch", "pytorch_lightning")
-    for path in ("", "trainer.", "trainer.trainer.")
-    if not (package == "lightning" and path)
-)
-LIGHTNING_PRECISION_KEYWORD = "precision"
-LIGHTNING_GPU_ACCELERATORS = ("gpu", "cuda")
-LIGHTNING_DEFAULT_ACCELERATOR = "auto"
-# The `precision=` values Lightning 2.x accepts (strings; 16, 32 and 64 as numbers too; "16",
-# "bf16" are older aliases of "16-mixed" and "bf16-mixed"), the one an expert writes for a
-# GPU (bf16 autocast, no gradient scaler), and the default.
-LIGHTNING_PRECISIONS = frozenset(
-    {
-        "transformer-engine",
-        "transformer-engine-float16",
-        "16-true",
-        "16-mixed",
-        "bf16-true",
-        "bf16-mixed",
-        "32-true",
-        "64-true",
-        "64",
-        "32",
-        "16",
-        "bf16",
-    }
-)
-LIGHTNING_MIXED_PRECISION = "bf16-mixed"
-LIGHTNING_FLOAT16_PRECISION = "16-mixed"  # float16 autocast with a gradient scaler
-LIGHTNING_FULL_PRECISION = "32-true"
-# Modules that a trainer moves to the device it picks before it calls their
-# `configure_optimizers()` (Lightning's strategies: model_to_device, then setup_optimizers).
-TRAINER_PLACED_MODULES = frozenset(
-    {
-        "lightning.LightningModule",
-        "lightning.pytorch.LightningModule",
-        "lightning.pytorch.core.LightningModule",
-        "lightning.pytorch.core.module.LightningModule",
-        "pytorch_lightning.LightningModule",
-        "pytorch_lightning.core.LightningModule",
-        "pytorch_lightning.core.module.LightningModule",
-    }
-)
-
-# -- checkpoints ------------------------------------------------------------------------------
-
-# Calls that write a checkpoint synchronously.
-SAVE_FUNCTIONS = functions(Category.SAVE)
-TORCH_SAVES = frozenset(name for name in SAVE_FUNCTIONS if name.startswith("torch."))  # pickles any object
-SAVE_METHODS = {"save_pretrained", "save_state"}  # Hugging Face models, Accelerate
-# Calls whose only effect outside the calling function is on files (they read, write, make or
-# remove files and folders) or on the console: a function that makes no other call may run in
-# a background thread (PM405). `os.chdir`, `os.environ`, `sys` and process calls are not here.
-FILE_ONLY_FUNCTIONS = (
-    frozenset(
-        f"builtins.{name}"
-        for name in "open print enumerate zip reversed any all bytes bytearray hasattr format type callable".split()
-    )
-    | frozenset(
-        f"os.{name}"
-        for name in (
-            "makedirs mkdir remove unlink replace rename rmdir removedirs listdir scandir stat lstat close "
-            "fsync fdopen walk getpid"
-        ).split()
-    )
-    | frozenset(f"shutil.{name}" for name in "rmtree copy copy2 copyfile copytree move disk_usage".split())
-    | frozenset(f"tempfile.{name}" for name in "mkstemp mkdtemp NamedTemporaryFile TemporaryDirectory".split())
-    | frozenset({"json.dump", "json.dumps", "yaml.dump", "yaml.safe_dump", "pickle.dump", "pickle.dumps"})
-    | frozenset({"pathlib.Path", "pathlib.PurePath", "time.time", "time.strftime", "time.localtime"})
-)
-# Calls whose value differs from one process to the next, even with the same arguments
-# (a temporary folder or name, a clock, a random draw, a process id, a rank): a file rank 0
-# writes under such a path is not where the other ranks look for it.
-PER_PROCESS_SOURCES = frozenset(
-    {
-        "os.getpid",
-        "os.getppid",
-        "os.urandom",
-        "socket.gethostname",
-        "platform.node",
-        "torch.distributed.get_rank",
-        "torch.distributed.get_node_local_rank",
-    }
-    | {
-        f"time.{name}"
-        for name in "time time_ns monotonic monotonic_ns perf_counter perf_counter_ns strftime localtime gmtime ctime".split()
-    }
-    | {f"datetime.datetime.{name}" for name in "now utcnow today".split()}
-    | {"datetime.date.today"}
-)
-# Modules every function of which is such a source (`tempfile.mkdtemp()`, `uuid.uuid4()`).
-PER_PROCESS_MODULES = ("tempfile", "uuid", "random", "secrets", "numpy.random")
-# Environment variables each process of a torchrun launch has its own value of.
-PER_PROCESS_ENVIRONMENT = frozenset({"RANK", "LOCAL_RANK", "GROUP_RANK", "TORCHELASTIC_RUN_ID_LOCAL"})
-# Modules all of whose functions only compute (paths, patterns): any of them qualifies too.
-FILE_ONLY_MODULES = ("os.path", "re", "fnmatch", "glob")
-# Methods of a path that read and change nothing (with READ_ONLY_METHODS above).
-PATH_READ_METHODS = frozenset(
-    "exists is_file is_dir with_suffix with_name joinpath relative_to resolve absolute".split()
-)
-# Calls that make an in-memory file: a save into one writes no checkpoint.
-BUFFERS = ("io.BytesIO", "io.StringIO")
-# Calls and methods whose result is a file path when their argument is one.
-PATH_FUNCTIONS = frozenset(
-    {
-        "os.path.join",
-        "os.path.abspath",
-        "os.path.expanduser",
-        "os.fspath",
-        "pathlib.Path",
-        "pathlib.PurePath",
-        "builtins.str",
-    }
-)
-PATH_METHODS = frozenset({"joinpath", "with_suffix", "with_name", "format", "replace", "resolve", "absolute"})
-# Calls that only show a value (a path read by them does not touch its file).
-LOGGING_CALLS = frozenset({"builtins.print"})
-LOGGING_METHODS = frozenset({"info", "debug", "warning", "log", "write", "set_description", "set_postfix"})
-# Calls that give a logger: a module's `logger = logging.getLogger(__name__)` only writes logs.
-LOGGER_FACTORIES = frozenset({"logging.getLogger"})
 # Spellings of state sharded across ranks: each rank writes its own part of a checkpoint.
 SHARDED_STATE = re.compile(r"FullyShardedDataParallel|\bFSDP\b|fully_shard|torch\.distributed\.checkpoint|DTensor")
-# perfmod's background checkpointer: `.save(obj, path)` writes what torch.save would, on rank 0.
-CHECKPOINTERS = frozenset({"runtime.checkpoint.AsyncCheckpointer", "runtime.AsyncCheckpointer"})
 
-
-def functional_alias(module: cst.Module) -> str | None:
-    """How this file's top-level imports spell torch.nn.functional (`F`,
-    `nn.functional`, `torch.nn.functional`), if they do."""
-    code = module.code_for_node
-    fallback = None
-    for line in module.body:
-        if not isinstance(line, cst.SimpleStatementLine):
-            continue
-        for statement in line.body:
-            if isinstance(statement, cst.Import):
-                for alias in statement.names:
-                    bound = alias.asname.name.value if alias.asname is not None else None
-                    if code(alias.name) == FUNCTIONAL:
-                        return bound or FUNCTIONAL
-                    if code(alias.name) == "torch.nn" and bound is not None:
-                        fallback = f"{bound}.functional"  # `import torch.nn as nn`; `F` may follow
-                    elif code(alias.name) in ("torch", "torch.nn") and bound is None and fallback is None:
-                        fallback = FUNCTIONAL  # a shorter alias may follow
-            elif (
-                isinstance(statement, cst.ImportFrom)
-                and statement.module is not None
-                and not isinstance(statement.names, cst.ImportStar)
-                and not statement.relative
-            ):
-                source = code(statement.module)
-                for alias in statement.names:
-                    bound = alias.asname.name.value if alias.asname is not None else alias.name.value
-                    if source == "torch.nn" and alias.name.value == "functional":
-                        return bound
-                    if source == "torch" and alias.name.value == "nn":
-                        return f"{bound}.functional"
-    return fallback
-
-
-def is_literal(expr: cst.BaseExpression) -> bool:
-    """A number or string written in the code (`-100` too)."""
-    if isinstance(expr, (cst.Integer, cst.Float, cst.SimpleString)):
-        return True
-    return isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, cst.Minus) and is_literal(expr.expression)
-
+# -- parameters of an optimizer (PM402) ----------------------------------------------------
 
 # Device types with fused Adam, AdamW and SGD kernels in torch 2.13
 # (torch.utils._foreach_utils._get_fused_kernels_supported_devices).
@@ -940,9 +535,17 @@ FUSED_OPTIMIZERS = {
 FUSED_EVERYWHERE = frozenset(name for name, types in FUSED_OPTIMIZERS.items() if types >= FUSED_DEVICE_TYPES)
 # The device types a launch-time guard names: those every supported torch has fused kernels for.
 LAUNCH_FUSED_TYPES = ("cuda", "cpu")
+# Optimizer arguments that pick the implementation or that fused=True rejects
+# (`fused` does not support `differentiable`; `fused` and `foreach` cannot both be True).
+FUSED_CONFLICTS = ("fused", "foreach", "capturable", "differentiable")
+# Tensor methods whose result (or receiver, for in-place ones) keeps the device and the
+# floating dtype: what `nn.Parameter(...)` or `requires_grad_()` may be applied around.
+DEVICE_AND_DTYPE_KEEPING_METHODS = frozenset(
+    "requires_grad_ detach detach_ clone contiguous float double half bfloat16 view reshape t "
+    "normal_ uniform_ zero_ fill_ mul_ div_ add_ sub_ clamp_ copy_".split()
+)
 
-
-# -- DistributedDataParallel (PM601) --
+# -- DistributedDataParallel (PM601) -------------------------------------------------------
 
 # Datasets cheap and pure to build twice (the sampler needs only their length).
 REBUILDABLE_DATASETS = {
@@ -1011,49 +614,8 @@ CONFIGURES = {
     "tie_weights",
 }
 
+# -- sizes ---------------------------------------------------------------------------------
 
-# -- sizes (analysis/sizes.py) ----------------------------------------------------------------
-
-# Factories whose positional arguments (or one tuple of them) are the shape, float32 by default.
-SHAPED_FACTORIES = functions(shape=Shape.NEW)
-# Factories of a float tensor of one dim whose length is their `steps` (`linspace(start, end, steps)`).
-STEPS_FACTORIES = functions(shape=Shape.STEPS)
-INTEGER_FACTORIES = functions(shape=Shape.BOUNDED)  # `randint(low, high, size)`: int64 by default
-# Factories of a tensor of another's shape and dtype (`dtype=` may name another).
-LIKE_FACTORIES = functions(shape=Shape.LIKE)
-# Factories whose first argument is the shape and whose second is the value of every element.
-FILLED_FACTORIES = functions(shape=Shape.FILLED)
-FILLED_METHODS = methods(shape=Shape.FILLED)  # `x.new_full((B, T), v)`
-# Tensor methods that make a tensor on the receiver's device from the sizes they are given.
-NEW_FACTORY_METHODS = methods(Category.FACTORY, shape=Shape.NEW) | FILLED_METHODS
-# Tensor methods by how their result's shape follows from the receiver's and their arguments.
-RESHAPING_METHODS = methods(shape=Shape.SIZES)  # `view(B, -1)`, `expand`, `repeat`
-REORDERING_METHODS = methods(shape=Shape.REORDERED)  # `transpose`, `permute`, `movedim`
-SQUEEZING_METHODS = methods(shape=Shape.SQUEEZED)  # `unsqueeze`, `squeeze`, `flatten`, `unflatten`
-SPLITTING_METHODS = methods(shape=Shape.SPLIT)  # `split(4, dim=-1)`: a size first, then the dim
-# Tensor methods whose result is not one tensor of a shape: pieces, a size, a Python value.
-NOT_ONE_TENSOR_METHODS = SPLITTING_METHODS | methods(shape=Shape.SLICES) | methods(Category.METADATA, Category.TO_HOST)
-# Matrix products of their two operands (`a @ b`'s shape), as functions and tensor methods.
-PRODUCT_FUNCTIONS = functions(shape=Shape.PRODUCT)
-JOINING_FUNCTIONS = functions(shape=Shape.JOINED)  # `torch.cat`
-STACKING_FUNCTIONS = functions(shape=Shape.STACKED)  # `torch.stack`
-PRODUCT_METHODS = methods(shape=Shape.PRODUCT)
-# `nn` module classes whose output has the shape of their input: activations, norms, dropout.
-SAME_SHAPE_MODULES = functions(Category.ELEMENTWISE_LAYER, Category.NORM_LAYER, Category.DROPOUT_LAYER)
-ELEMENTWISE_MODULES = functions(Category.ELEMENTWISE_LAYER)  # each output element from its input element
-# What works on the last dims whatever its arguments say, and keeps the leading dims as batch
-# dims: `tril`, `layer_norm`, `matmul`, `F.linear`, `F.embedding`; `nn.Linear`, `nn.LayerNorm`.
-LAST_DIM_FUNCTIONS = functions(last_dims=True, module=False)
-LAST_DIM_METHODS = methods(last_dims=True)
-LAST_DIM_MODULES = functions(last_dims=True, module=True)
-# How the shape of a tensor computed from others follows from theirs, by the table's categories:
-# elementwise ops (and those along one dim) keep the broadcast shape of their operands, reductions
-# drop (or, with `keepdim`, keep as 1) the dims they are given, casts keep the shape.
-SHAPE_KEEPING_FUNCTIONS = functions(Category.UNARY, Category.BINARY, Category.ALONG_DIM, in_place=False)
-SHAPE_KEEPING_METHODS = methods(Category.UNARY, Category.BINARY, Category.ALONG_DIM, Category.CAST, in_place=False)
-REDUCTION_FUNCTIONS = functions(Category.REDUCTION)
-REDUCTION_METHODS = methods(Category.REDUCTION)
-NORM_METHODS = methods(Category.NORM)  # `x.norm(p, dim)`: reduced as a reduction, its dim second
 # The state torch.optim's optimizers keep for each parameter as tensors of its shape (torch
 # 2.13): how many they always keep, and the keywords that add one each unless left at their
 # default (`momentum=0`, `amsgrad=False`, `centered=False`). 0-dim counters (`step`) not counted.
@@ -1070,7 +632,6 @@ OPTIMIZER_STATES = {
     "torch.optim.Rprop": (2, ()),
     "torch.optim.ASGD": (1, ()),
 }
-
 # The layers of torch.nn whose parameters perfmod counts, as data: the names of the constructor's
 # arguments in order, with their defaults. `Layer.parameters` and `Layer.matmul` read them.
 NN_LAYER_ARGUMENTS = {
@@ -1108,6 +669,232 @@ NN_STATELESS = frozenset(
         "ConstantPad2d"
     ).split()
 )
+# Functions that multiply matrices though the table does not list them as products (`cdist`
+# computes Euclidean distances through a matmul), and a namespace of them.
+UNLISTED_PRODUCTS = frozenset({"torch.cdist", "torch.cov", "torch.corrcoef", "torch.nn.functional.pdist"})
+UNLISTED_PRODUCT_PREFIXES = ("torch.linalg.",)
+
+# -- a per-sample loop run once on the batch (PM502) ---------------------------------------
+
+# The functions that add up, or average, every element of one tensor.
+TOTALS = frozenset({"torch.sum", "torch.mean"})
+
+# -- compiling, gradients, sizes -----------------------------------------------------------
+
+# What compiles a model with TorchDynamo (`torch.compile(m)`, `m.compile()`).
+TORCH_COMPILERS = ("torch.compile",)
+# Context managers under which no autograd graph is recorded.
+GRAD_FREE_CONTEXTS = ("torch.no_grad", "torch.inference_mode")
+# In-place tensor methods that reset a `.grad` by hand, and those of them that write zeros.
+GRAD_RESET_METHODS = frozenset({"zero_", "fill_", "detach_", "requires_grad_"})
+GRAD_ZEROING_METHODS = frozenset({"zero_", "fill_"})
+# Methods that return a new tensor from the one they are given rather than change it
+# (`GradScaler.scale(loss)` returns the scaled loss).
+SCALER_METHODS_RETURNING_NEW = frozenset({"scale"})
+# Loss keywords whose effect on a per-position or per-sample loss is understood.
+LOSS_KEYWORDS = frozenset({"weight", "ignore_index", "reduction", "label_smoothing"})
+# Tensor methods that give a size, never negative.
+SIZE_METHODS = ("size", "numel", "dim")
+
+
+# ==========================================================================================
+# Not torch: plain tables of Python's, numpy's and other libraries' names, and perfmod's runtime
+# ==========================================================================================
+
+# -- Python's builtins and standard library ------------------------------------------------
+
+# The builtins of index arithmetic: a `__getitem__` that calls them still only indexes memory.
+INDEX_BUILTINS = frozenset(f"builtins.{name}" for name in "len int float min max abs slice divmod round".split()) | {
+    "len",
+    "int",
+    "float",
+    "min",
+    "max",
+    "abs",
+    "slice",
+    "divmod",
+    "round",
+}
+# Calls that iterate what they are given, item for item (a progress bar, `islice`, `cycle`).
+PASS_THROUGH_ITERABLES = {
+    "iter",
+    "builtins.iter",
+    "tqdm.tqdm",
+    "tqdm.auto.tqdm",
+    "tqdm.notebook.tqdm",
+    "tqdm.std.tqdm",
+    "itertools.islice",
+    "itertools.cycle",
+}
+BUILTIN_PREFIXES = ("builtins.",)
+# Methods of Python's containers that return (views of) what the container holds.
+CONTAINER_READS = frozenset({"get", "values", "items", "__getitem__"})
+# Builtins whose result depends on their arguments alone and that change nothing.
+PURE_BUILTINS = frozenset(
+    f"builtins.{name}"
+    for name in (
+        "len int float str bool tuple list dict set frozenset min max abs round sum sorted range "
+        "isinstance divmod pow ord chr repr hash"
+    ).split()
+)
+# Builtins that read an object's attributes and change nothing.
+ATTRIBUTE_READERS = frozenset({"builtins.getattr", "builtins.hasattr"})
+# Modules of Python's standard library (and numpy) whose functions run no torch operation:
+# a call of one multiplies no tensors on the GPU.
+NO_TORCH_MODULES = (
+    "builtins math cmath random time datetime os sys json logging warnings itertools collections "
+    "string re enum pathlib argparse numpy"
+).split()
+# Builtins that make a new one-shot iterator: pure to call, but their value is used up once read.
+ITERATOR_BUILTINS = frozenset(f"builtins.{name}" for name in "enumerate zip reversed map filter iter".split())
+# Calls that build a list holding every element in memory (whatever they read), and those
+# that build a tuple.
+LIST_BUILDERS = frozenset({"builtins.list", "builtins.sorted", "random.sample", "random.choices"})
+TUPLE_BUILDERS = frozenset({"builtins.tuple"})
+# String methods that give a list of strings.
+STRING_SPLITS = frozenset("split rsplit splitlines".split())
+# Methods of Python's strings, lists, dicts and sets that change their receiver.
+MUTATING_METHODS = frozenset(
+    "append extend insert pop remove clear sort reverse update setdefault popitem add discard "
+    "difference_update intersection_update symmetric_difference_update __setitem__ __delitem__".split()
+)
+# Python's modules whose functions run on the host only: a call of one queues no device work.
+HOST_ONLY_MODULES = (
+    "builtins",
+    "time",
+    "math",
+    "os",
+    "sys",
+    "logging",
+    "json",
+    "datetime",
+    "random",
+    "contextlib",  # `nullcontext()`, `ExitStack()`: what they enter may queue work, not they
+)
+# Python's functions of numbers to numbers: on Python numbers they run on the host and queue nothing.
+HOST_NUMBER_FUNCTIONS = frozenset(f"builtins.{name}" for name in "min max abs float int round pow".split())
+HOST_NUMBER_MODULES = ("math",)
+# `math`'s functions whose result is an int (the others give floats), and its constants.
+INT_MATH_FUNCTIONS = frozenset(f"math.{name}" for name in "floor ceil trunc isqrt gcd lcm factorial comb perm".split())
+MATH_CONSTANTS = frozenset(f"math.{name}" for name in "pi e tau inf nan".split())
+# Calls whose only effect outside the calling function is on files (they read, write, make or
+# remove files and folders) or on the console: a function that makes no other call may run in
+# a background thread (PM405). `os.chdir`, `os.environ`, `sys` and process calls are not here.
+FILE_ONLY_FUNCTIONS = (
+    frozenset(
+        f"builtins.{name}"
+        for name in "open print enumerate zip reversed any all bytes bytearray hasattr format type callable".split()
+    )
+    | frozenset(
+        f"os.{name}"
+        for name in (
+            "makedirs mkdir remove unlink replace rename rmdir removedirs listdir scandir stat lstat close "
+            "fsync fdopen walk getpid"
+        ).split()
+    )
+    | frozenset(f"shutil.{name}" for name in "rmtree copy copy2 copyfile copytree move disk_usage".split())
+    | frozenset(f"tempfile.{name}" for name in "mkstemp mkdtemp NamedTemporaryFile TemporaryDirectory".split())
+    | frozenset({"json.dump", "json.dumps", "yaml.dump", "yaml.safe_dump", "pickle.dump", "pickle.dumps"})
+    | frozenset({"pathlib.Path", "pathlib.PurePath", "time.time", "time.strftime", "time.localtime"})
+)
+# Modules every function of which is such a source (`tempfile.mkdtemp()`, `uuid.uuid4()`).
+PER_PROCESS_MODULES = ("tempfile", "uuid", "random", "secrets", "numpy.random")
+# Environment variables each process of a torchrun launch has its own value of.
+PER_PROCESS_ENVIRONMENT = frozenset({"RANK", "LOCAL_RANK", "GROUP_RANK", "TORCHELASTIC_RUN_ID_LOCAL"})
+# Modules all of whose functions only compute (paths, patterns): any of them qualifies too.
+FILE_ONLY_MODULES = ("os.path", "re", "fnmatch", "glob")
+# Methods of a path that read and change nothing (with READ_ONLY_METHODS above).
+PATH_READ_METHODS = frozenset(
+    "exists is_file is_dir with_suffix with_name joinpath relative_to resolve absolute".split()
+)
+# Calls that make an in-memory file: a save into one writes no checkpoint.
+BUFFERS = ("io.BytesIO", "io.StringIO")
+# Calls and methods whose result is a file path when their argument is one.
+PATH_FUNCTIONS = frozenset(
+    {
+        "os.path.join",
+        "os.path.abspath",
+        "os.path.expanduser",
+        "os.fspath",
+        "pathlib.Path",
+        "pathlib.PurePath",
+        "builtins.str",
+    }
+)
+PATH_METHODS = frozenset({"joinpath", "with_suffix", "with_name", "format", "replace", "resolve", "absolute"})
+# Calls that only show a value (a path read by them does not touch its file).
+LOGGING_CALLS = frozenset({"builtins.print"})
+LOGGING_METHODS = frozenset({"info", "debug", "warning", "log", "write", "set_description", "set_postfix"})
+# Calls that give a logger: a module's `logger = logging.getLogger(__name__)` only writes logs.
+LOGGER_FACTORIES = frozenset({"logging.getLogger"})
+# Python builtins that read a one-element tensor to the host (a sync), by their short name.
+HOST_READ_BUILTINS = {"builtins.float": "float", "builtins.int": "int"}
+# Reads of an environment variable whose second argument is the value when it is unset.
+ENVIRONMENT_READS = frozenset({"os.environ.get", "os.getenv"})
+
+# -- Python's random and numpy's -----------------------------------------------------------
+
+# The draws of BATCH_DRAWS that pick from a population (a sequence, or `n` for `range(n)`);
+# the others draw integers below a bound.
+POPULATION_DRAWS = frozenset({"random.sample", "random.choices", "numpy.random.choice"})
+# Random generator objects, by family: the calls that build one.
+GENERATOR_CONSTRUCTORS = {
+    "random": ("random.Random",),
+    "numpy": ("numpy.random.default_rng", "numpy.random.RandomState", "numpy.random.Generator"),
+}
+# Methods of those generator objects that draw a batch: method -> {family: the draw it works as}.
+GENERATOR_BATCH_DRAWS = {
+    "sample": {"random": "random.sample"},
+    "choices": {"random": "random.choices"},
+    "choice": {"numpy": "numpy.random.choice"},
+    "integers": {"numpy": "numpy.random.randint"},
+    "randint": {"numpy": "numpy.random.randint"},
+}
+
+# -- tokenizers (Hugging Face, tiktoken) ---------------------------------------------------
+
+# Keyword of Hugging Face tokenizers and processors whose "pt" value returns a BatchEncoding
+# of CPU tensors (`tokenizer(texts, return_tensors="pt")`).
+RETURN_TENSORS = "return_tensors"
+# How a known tokenizer is built: qualified name of the call (with the
+# `transformers.<...Tokenizer...>.from_pretrained` family, see TOKENIZER_CLASS_WORD).
+TOKENIZER_BUILDERS = frozenset(
+    {
+        "tiktoken.get_encoding",
+        "tiktoken.encoding_for_model",
+        "tokenizers.Tokenizer.from_file",
+        "tokenizers.Tokenizer.from_pretrained",
+        "tokenizers.Tokenizer.from_str",
+    }
+)
+TOKENIZER_CLASS_WORD = "Tokenizer"  # `transformers.AutoTokenizer.from_pretrained`, `GPT2TokenizerFast...`
+# Methods of those tokenizers that compute ids from their arguments and change nothing.
+TOKENIZER_METHODS = frozenset(
+    {
+        "encode",
+        "encode_plus",
+        "batch_encode_plus",
+        "apply_chat_template",
+        "tokenize",
+        "convert_tokens_to_ids",
+        "encode_ordinary",
+        "encode_batch",
+    }
+)
+# Methods that turn ids (or a model's output) back into text, or generate it.
+DETOKENIZER_METHODS = frozenset({"decode", "batch_decode", "generate"})
+# Methods of a tokenizer that read it and change nothing: its pure methods and decoding.
+TOKENIZER_READERS = TOKENIZER_METHODS | {"decode", "batch_decode"}
+# The keyword that makes a Hugging Face tokenizer pad a batch of texts to its longest, and its
+# values that leave the ids unpadded.
+TOKENIZER_PADDING = "padding"
+TOKENIZER_NO_PADDING = frozenset({"False", "'do_not_pad'", '"do_not_pad"'})
+# The library a known tokenizer's builder comes from (the top of its qualified name), as users name it.
+TOKENIZER_LIBRARIES = {"transformers": "Hugging Face", "tokenizers": "Hugging Face", "tiktoken": "tiktoken"}
+
+# -- torchvision's datasets and transforms -------------------------------------------------
+
+MAP_STYLE_PREFIXES = ("torchvision.datasets",)  # all map-style: ImageFolder, MNIST, CIFAR10...
 # torchvision's datasets of images of one size, as (channels, height, width) of an image; their
 # target is a class index (an int64 in a batch).
 IMAGE_DATASETS = {
@@ -1125,20 +912,67 @@ SHAPE_KEEPING_TRANSFORMS = frozenset(
         "RandomPerspective GaussianBlur RandomInvert RandomAutocontrast RandomEqualize RandomGrayscale"
     ).split()
 )
-# Functions that multiply matrices though the table does not list them as products (`cdist`
-# computes Euclidean distances through a matmul), and a namespace of them.
-UNLISTED_PRODUCTS = frozenset({"torch.cdist", "torch.cov", "torch.corrcoef", "torch.nn.functional.pdist"})
-UNLISTED_PRODUCT_PREFIXES = ("torch.linalg.",)
 
+# -- training libraries (Accelerate, Lightning, Hugging Face) ------------------------------
 
-# -- parameters of an optimizer (PM402) --
-
-# Optimizer arguments that pick the implementation or that fused=True rejects
-# (`fused` does not support `differentiable`; `fused` and `foreach` cannot both be True).
-FUSED_CONFLICTS = ("fused", "foreach", "capturable", "differentiable")
-# What returns a model whose parameters are the given model's, or copies of them, on its device.
-SAME_DEVICE_MODEL_WRAPPERS = frozenset(MODEL_WRAPPERS | {"copy.deepcopy"})
-
+# Objects whose `.backward(loss)` runs the backward pass and that own the training's mixed
+# precision: their constructor's keyword that sets it.
+PRECISION_OWNERS = {
+    "accelerate.Accelerator": "mixed_precision",
+    "accelerate.accelerator.Accelerator": "mixed_precision",
+    "lightning.Fabric": "precision",
+    "lightning.fabric.Fabric": "precision",
+    "lightning_fabric.Fabric": "precision",
+}
+# Lightning's Trainer (Lightning 2.x; the `pytorch_lightning` package too): it runs every
+# training_step under the mixed precision its `precision=` names, on the accelerator its
+# `accelerator=` names ("auto" by default: CUDA where a CUDA GPU is present, else MPS, TPU
+# or the CPU). "gpu" and "cuda" train on a GPU.
+LIGHTNING_TRAINERS = frozenset(
+    f"{package}.{path}Trainer"
+    for package in ("lightning", "lightning.pytorch", "pytorch_lightning")
+    for path in ("", "trainer.", "trainer.trainer.")
+    if not (package == "lightning" and path)
+)
+LIGHTNING_PRECISION_KEYWORD = "precision"
+LIGHTNING_GPU_ACCELERATORS = ("gpu", "cuda")
+LIGHTNING_DEFAULT_ACCELERATOR = "auto"
+# The `precision=` values Lightning 2.x accepts (strings; 16, 32 and 64 as numbers too; "16",
+# "bf16" are older aliases of "16-mixed" and "bf16-mixed"), the one an expert writes for a
+# GPU (bf16 autocast, no gradient scaler), and the default.
+LIGHTNING_PRECISIONS = frozenset(
+    {
+        "transformer-engine",
+        "transformer-engine-float16",
+        "16-true",
+        "16-mixed",
+        "bf16-true",
+        "bf16-mixed",
+        "32-true",
+        "64-true",
+        "64",
+        "32",
+        "16",
+        "bf16",
+    }
+)
+LIGHTNING_MIXED_PRECISION = "bf16-mixed"
+LIGHTNING_FLOAT16_PRECISION = "16-mixed"  # float16 autocast with a gradient scaler
+LIGHTNING_FULL_PRECISION = "32-true"
+# Modules that a trainer moves to the device it picks before it calls their
+# `configure_optimizers()` (Lightning's strategies: model_to_device, then setup_optimizers).
+TRAINER_PLACED_MODULES = frozenset(
+    {
+        "lightning.LightningModule",
+        "lightning.pytorch.LightningModule",
+        "lightning.pytorch.core.LightningModule",
+        "lightning.pytorch.core.module.LightningModule",
+        "pytorch_lightning.LightningModule",
+        "pytorch_lightning.core.LightningModule",
+        "pytorch_lightning.core.module.LightningModule",
+    }
+)
+SAVE_METHODS = {"save_pretrained", "save_state"}  # Hugging Face models, Accelerate
 # Set-up calls of the libraries that run the processes (Accelerate's `accelerator.prepare`,
 # Lightning Fabric's `fabric.setup`, DeepSpeed's `deepspeed.initialize`): what they are
 # handed, they place on the device they choose.
@@ -1147,62 +981,243 @@ DEVICE_CHOOSING_SETUP_METHODS = frozenset({"prepare", "setup", "initialize"})
 # order given: `model, opt, loader = accelerator.prepare(model, opt, loader)` iterates the
 # same batches the DataLoader built before it gives (its settings kept).
 ARGUMENTS_IN_ORDER_SETUP_METHODS = frozenset({"prepare", "setup_dataloaders"})
-# Tensor methods whose result (or receiver, for in-place ones) keeps the device and the
-# floating dtype: what `nn.Parameter(...)` or `requires_grad_()` may be applied around.
-DEVICE_AND_DTYPE_KEEPING_METHODS = frozenset(
-    "requires_grad_ detach detach_ clone contiguous float double half bfloat16 view reshape t "
-    "normal_ uniform_ zero_ fill_ mul_ div_ add_ sub_ clamp_ copy_".split()
+
+# -- perfmod's runtime ---------------------------------------------------------------------
+
+# perfmod's runtime, as rewritten code calls it: the precision policy, data loading,
+# checkpoints, hooks, process setup and the elementwise linear recurrence multiply no
+# matrices (`runtime.kernels.linear_attention` does).
+RUNTIME_WITHOUT_PRODUCTS = (
+    "runtime.amp runtime.data runtime.checkpoint runtime.hooks runtime.distributed runtime.trace "
+    "runtime.kernels.linear_recurrence runtime.kernels.scan"
+).split()
+# perfmod's background checkpointer: `.save(obj, path)` writes what torch.save would, on rank 0.
+CHECKPOINTERS = frozenset({"runtime.checkpoint.AsyncCheckpointer", "runtime.AsyncCheckpointer"})
+
+
+# ==========================================================================================
+# torch's and other libraries' names together
+# ==========================================================================================
+
+# -- lists of torch's names and others' together -------------------------------------------
+
+# Datasets of torch that are map-style (indexed by the sampler): each index is loaded once,
+# by whichever worker the index is sent to. A list or tuple of samples is one too.
+MAP_STYLE_DATASETS = frozenset(
+    {
+        "torch.utils.data.TensorDataset",
+        "torch.utils.data.Subset",
+        "torch.utils.data.ConcatDataset",
+        "torch.utils.data.StackDataset",
+        "list",
+        "builtins.list",
+        "tuple",
+        "builtins.tuple",
+    }
 )
-
-
-# -- a per-sample loop run once on the batch (PM502) --
-
-# Methods whose result holds, element for element, what the receiver held: casts and
-# unary math without a draw (`to` and `type` take their arguments into account elsewhere),
-# and `pow` of a number.
-ONE_OPERAND_METHODS = frozenset(methods(Category.UNARY, Category.CAST, random=False, in_place=False) | {"pow"})
-ONE_OPERAND_FUNCTIONS = frozenset(functions(Category.UNARY, random=False) | {"torch.pow"})
-# The functions that add up, or average, every element of one tensor.
-TOTALS = frozenset({"torch.sum", "torch.mean"})
+# Draws of a random index, of torch, Python's random and numpy.
+INDEX_DRAWS = frozenset(
+    {
+        "torch.randint",
+        "random.randint",
+        "random.randrange",
+        "random.random",
+        "numpy.random.randint",
+        "numpy.random.choice",
+    }
+)
+# collate functions whose batches hold only tensors, mappings and sequences of them (and
+# Hugging Face's collators, `transformers.DataCollator*`, whose batches are dicts of tensors).
+TENSOR_COLLATES = {
+    "torch.utils.data.default_collate",
+    "torch.utils.data.dataloader.default_collate",
+    "torch.utils.data._utils.collate.default_collate",
+    "runtime.data.PadCollate",
+    "runtime.PadCollate",
+    "transformers.default_data_collator",
+    "transformers.data.data_collator.default_data_collator",
+}
+# Calls that run a function in new processes, by where they take it (position, keyword).
+# A process started with `spawn` or `forkserver` (CUDA needs one of them; `forkserver` is
+# Python 3.14's default on Linux) inherits no process-wide setting made before the call.
+PROCESS_STARTS = {
+    "torch.multiprocessing.spawn": (0, "fn"),
+    "torch.multiprocessing.spawn.spawn": (0, "fn"),
+    "torch.multiprocessing.start_processes": (0, "fn"),
+    "torch.multiprocessing.spawn.start_processes": (0, "fn"),
+    "torch.multiprocessing.Process": (1, "target"),
+    "multiprocessing.Process": (1, "target"),
+    "multiprocessing.context.Process": (1, "target"),
+}
+MODULE_METHODS = set(
+    (
+        "parameters named_parameters buffers named_buffers children named_children modules "
+        "named_modules state_dict load_state_dict train eval to cuda cpu half float double "
+        "bfloat16 zero_grad requires_grad_ apply register_forward_hook register_full_backward_hook "
+        "register_forward_pre_hook register_buffer register_parameter add_module get_submodule "
+        "configure_optimizers save_pretrained no_sync"
+    ).split()
+)
+# Methods of Python's strings and containers (and nn.Module's get_submodule) that read and change nothing.
+READ_ONLY_METHODS = frozenset(
+    (
+        "get keys values items copy count index split rsplit splitlines join strip lstrip rstrip lower "
+        "upper title capitalize casefold startswith endswith replace format find rfind partition rpartition "
+        "isdigit isalpha isalnum isspace isupper islower zfill ljust rjust center encode decode "
+        "union intersection difference issubset issuperset"
+        # nn.Module's look-up of a submodule by its dotted name: what an attribute access reads
+        " get_submodule"
+    ).split()
+)
+# Libraries that run a model with parameters passed per call (MAML-style inner loops).
+FUNCTIONAL_PARAMETERS = ("torch.func", "torch.nn.utils.stateless", "functorch", "higher")
+INFINITIES = ("math.inf", "torch.inf", "numpy.inf")
+# Calls that draw a random permutation of `range(n)`: a shuffled order of the samples.
+PERMUTATIONS = frozenset({"torch.randperm", "numpy.random.permutation"})
+# Calls that draw a batch of samples (or of their indices) at random, with replacement
+# across calls: qualified name -> how a message spells it.
+BATCH_DRAWS = {
+    "torch.randint": "torch.randint",
+    "random.sample": "random.sample",
+    "random.choices": "random.choices",
+    "numpy.random.randint": "np.random.randint",
+    "numpy.random.choice": "np.random.choice",
+}
+# Context managers that change how ops are computed (precision, gradients), not what a
+# factory or a tokenizer gives.
+TRANSPARENT_BLOCKS = frozenset(
+    {
+        "torch.no_grad",
+        "torch.enable_grad",
+        "torch.inference_mode",
+        "torch.autocast",
+        "torch.amp.autocast",
+        "torch.cuda.amp.autocast",
+        "torch.cpu.amp.autocast",
+        "contextlib.nullcontext",
+    }
+)
+# Functions that take a tensor, read it and change nothing in it (they return something new).
+NON_MUTATING_CALLS = frozenset(
+    {f"builtins.{name}" for name in "print float int len str repr isinstance".split()}
+    | {f"{module}.{name}" for module in ("math", "torch") for name in ("isnan", "isfinite", "isinf")}
+)
+# Calls whose value differs from one process to the next, even with the same arguments
+# (a temporary folder or name, a clock, a random draw, a process id, a rank): a file rank 0
+# writes under such a path is not where the other ranks look for it.
+PER_PROCESS_SOURCES = frozenset(
+    {
+        "os.getpid",
+        "os.getppid",
+        "os.urandom",
+        "socket.gethostname",
+        "platform.node",
+        "torch.distributed.get_rank",
+        "torch.distributed.get_node_local_rank",
+    }
+    | {
+        f"time.{name}"
+        for name in "time time_ns monotonic monotonic_ns perf_counter perf_counter_ns strftime localtime gmtime ctime".split()
+    }
+    | {f"datetime.datetime.{name}" for name in "now utcnow today".split()}
+    | {"datetime.date.today"}
+)
+# What returns a model whose parameters are the given model's, or copies of them, on its device.
+SAME_DEVICE_MODEL_WRAPPERS = frozenset(MODEL_WRAPPERS | {"copy.deepcopy"})
 # Libraries whose calls in a model's class build torch layers or plain values.
 LAYER_LIBRARIES = ("torch.", "builtins.", "math.")
 
+# -- unions of the tables above ------------------------------------------------------------
 
-# -- a loop over time read as a recurrence (PM505) --
-
-# torch functions (by their last name) a loop's state may go through in a loop that is
-# still a (maybe non-linear) elementwise recurrence; a state passed to any other call
-# (a module, an RNN cell) is not one.
-RECURRENCE_FUNCTION_NAMES = frozenset(n.rsplit(".", 1)[1] for n in functions(Category.UNARY, Category.ALONG_DIM)) | {
-    "einsum",
-    "matmul",
-    "outer",
-    "where",
-}
-# Tensor methods a state may go through in such a loop.
-RECURRENCE_METHODS = frozenset(
-    "unsqueeze squeeze transpose sum mean exp sigmoid tanh relu float to type_as mT softmax clamp abs neg sqrt"
-    " matmul mul add sub div".split()
+# What only reads a batch or a tensor: a dict's reads, sizes, and the tensor methods above.
+READING_METHODS = frozenset({"keys", "values", "items", "get"}) | methods(Category.METADATA) | SAME_PLACE_METHODS
+# Methods whose result may be (part of) what their receiver holds: tensor views and
+# casts with nothing to do, and containers' reads.
+SHARING_CALLS = methods(shares=True) | CONTAINER_READS
+# Calls known to change none of their arguments: builtins that read, torch's functions and
+# factories but the in-place ones (`torch.nn.init.normal_`), and numpy's and math's that
+# compute a new value. An argument handed to any other library call may be changed in place
+# (`random.shuffle(order)`, `heapq.heappush(queue, item)`, `np.copyto(dst, src)`).
+READ_ONLY_FUNCTIONS = (
+    PURE_BUILTINS
+    | ATTRIBUTE_READERS
+    | ITERATOR_BUILTINS
+    | LIST_BUILDERS
+    | TUPLE_BUILDERS
+    | frozenset(f"builtins.{name}" for name in "print id type callable format vars".split())
+    | functions(in_place=False)
+    | frozenset(
+        {
+            "torch.autograd.Variable",
+            "torch.autograd.grad",
+            "torch.utils.data.TensorDataset",
+            "torch.utils.data.DataLoader",
+            "torch.utils.data.Subset",
+        }
+    )
+    | frozenset(
+        f"numpy.{name}"
+        for name in (
+            "array asarray stack concatenate mean sum std var min max argmin argmax abs sqrt exp log "
+            "clip where zeros_like ones_like full_like copy"
+        ).split()
+    )
+    | frozenset(
+        f"math.{name}" for name in "sqrt exp log log2 log10 cos sin tan floor ceil isnan isinf isfinite prod".split()
+    )
 )
+# Tests of a value for NaN or infinity: a guard against a broken step (skip it, stop), not a
+# choice between computations.
+FINITENESS_TESTS = functions(tests_finiteness=True) | {
+    f"{module}.{name}"
+    for module in ("math", "numpy")
+    for name in ("isfinite", "isnan", "isinf")  # not torch's
+}
 
 
-# -- tables the analyses ask (moved out of each analysis, one place for torch's names) --
+# ==========================================================================================
+# Helpers
+# ==========================================================================================
 
-# What compiles a model with TorchDynamo (`torch.compile(m)`, `m.compile()`).
-TORCH_COMPILERS = ("torch.compile",)
-# Context managers under which no autograd graph is recorded.
-GRAD_FREE_CONTEXTS = ("torch.no_grad", "torch.inference_mode")
-# In-place tensor methods that reset a `.grad` by hand, and those of them that write zeros.
-GRAD_RESET_METHODS = frozenset({"zero_", "fill_", "detach_", "requires_grad_"})
-GRAD_ZEROING_METHODS = frozenset({"zero_", "fill_"})
-# Python builtins that read a one-element tensor to the host (a sync), by their short name.
-HOST_READ_BUILTINS = {"builtins.float": "float", "builtins.int": "int"}
-# Reads of an environment variable whose second argument is the value when it is unset.
-ENVIRONMENT_READS = frozenset({"os.environ.get", "os.getenv"})
-# Methods that return a new tensor from the one they are given rather than change it
-# (`GradScaler.scale(loss)` returns the scaled loss).
-SCALER_METHODS_RETURNING_NEW = frozenset({"scale"})
-# Loss keywords whose effect on a per-position or per-sample loss is understood.
-LOSS_KEYWORDS = frozenset({"weight", "ignore_index", "reduction", "label_smoothing"})
-# Tensor methods that give a size, never negative.
-SIZE_METHODS = ("size", "numel", "dim")
+# -- source helpers ------------------------------------------------------------------------
+
+
+def functional_alias(module: cst.Module) -> str | None:
+    """How this file's top-level imports spell torch.nn.functional (`F`,
+    `nn.functional`, `torch.nn.functional`), if they do."""
+    code = module.code_for_node
+    fallback = None
+    for line in module.body:
+        if not isinstance(line, cst.SimpleStatementLine):
+            continue
+        for statement in line.body:
+            if isinstance(statement, cst.Import):
+                for alias in statement.names:
+                    bound = alias.asname.name.value if alias.asname is not None else None
+                    if code(alias.name) == FUNCTIONAL:
+                        return bound or FUNCTIONAL
+                    if code(alias.name) == "torch.nn" and bound is not None:
+                        fallback = f"{bound}.functional"  # `import torch.nn as nn`; `F` may follow
+                    elif code(alias.name) in ("torch", "torch.nn") and bound is None and fallback is None:
+                        fallback = FUNCTIONAL  # a shorter alias may follow
+            elif (
+                isinstance(statement, cst.ImportFrom)
+                and statement.module is not None
+                and not isinstance(statement.names, cst.ImportStar)
+                and not statement.relative
+            ):
+                source = code(statement.module)
+                for alias in statement.names:
+                    bound = alias.asname.name.value if alias.asname is not None else alias.name.value
+                    if source == "torch.nn" and alias.name.value == "functional":
+                        return bound
+                    if source == "torch" and alias.name.value == "nn":
+                        return f"{bound}.functional"
+    return fallback
+
+
+def is_literal(expr: cst.BaseExpression) -> bool:
+    """A number or string written in the code (`-100` too)."""
+    if isinstance(expr, (cst.Integer, cst.Float, cst.SimpleString)):
+        return True
+    return isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, cst.Minus) and is_literal(expr.expression)

@@ -5,8 +5,13 @@ these defaults, CUDA autocast treats it specially, how its result's shape
 follows from its arguments, it works on the last dims only, which dim of a
 recurrent layer's output runs over time), and where its result is and of
 which dtype (by category, `Op.placement` and `Op.result_dtype`, where the
-entry does not say). Beside it, the table of torch's dtypes (`DTYPES`): their
-names, sizes and the methods that cast to them.
+entry does not say). torch's objects that are no operation of their own (module
+containers, autocast, gradient scalers, a process's device and rank queries)
+have entries too, in categories the views over every category leave out.
+Beside it, the tables of a tensor's attributes (`ATTRIBUTES`: views, metadata,
+its gradient), of a module's methods (`NN_MODULE_METHODS`: those that return
+it, keep it where it is, add hooks, set attributes) and of torch's dtypes
+(`DTYPES`: their names, sizes and the methods that cast to them).
 
 Analyses and rules ask this table (through `torch_facts`, its view as the name
 sets they test membership in) instead of keeping lists of their own, so a fact
@@ -14,8 +19,9 @@ is written once and every client reads the same one. tests/analysis/
 test_torch_ops.py checks the table against the installed torch: every name
 exists, every in-place method is the `_` twin of an entry, each loss's
 default reduction and ignore_index are torch's, each shape rule and
-last-dims entry gives, on a small tensor, what the table says, and each
-method's result is where and of the dtype the table says.
+last-dims entry gives, on a small tensor, what the table says, each
+method's result is where and of the dtype the table says, the module classes
+are torch.nn's, and each attribute is on a tensor what its entry says.
 
 Names are qualified as `names.of` spells them (`torch.nn.functional.cross_entropy`);
 methods are keyed `Tensor.<name>`.
@@ -25,7 +31,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 FUNCTIONAL = "torch.nn.functional"
 METHOD = "Tensor."
@@ -61,6 +67,13 @@ class Category(enum.Enum):
     ELEMENTWISE_LAYER = "elementwise layer"  # activations and the identity
     NORM_LAYER = "layer along dims"  # norms and softmax: shape kept, an element reads others
     DROPOUT_LAYER = "dropout layer"  # zeroes elements drawn from the RNG, shape kept
+    GRAD_CLIP = "gradient clip"  # clips the gradients of the parameters it is given to a value
+    # torch's objects that are no operation of their own: the views over every category leave them out.
+    CONTAINER = "module container"  # an `nn` module that holds others: what it runs is theirs
+    WRAPPER = "model wrapper"  # wraps a model: what it runs is the model's forward (`DDP(model)(x)`)
+    PROCESS = "process"  # the devices and ranks of the process, and waits for a device's work
+    AUTOCAST = "autocast"  # a context manager that runs the ops under it in reduced precision
+    GRAD_SCALER = "gradient scaler"  # scales a float16 loss, unscales the gradients before a step
 
 
 class Shape(enum.Enum):
@@ -99,7 +112,12 @@ _CATEGORY_PLACEMENT = {
     Category.MEMORY: Placement.NO_TENSOR,
     Category.AUTOGRAD: Placement.NO_TENSOR,
     Category.SAVE: Placement.NO_TENSOR,
+    Category.PROCESS: Placement.NO_TENSOR,
+    Category.AUTOCAST: Placement.NO_TENSOR,
+    Category.GRAD_SCALER: Placement.NO_TENSOR,
 }
+_NOT_OPERATIONS = (Category.CONTAINER, Category.WRAPPER, Category.PROCESS, Category.AUTOCAST, Category.GRAD_SCALER)
+_OPERATIONS = tuple(category for category in Category if category not in _NOT_OPERATIONS)
 # What an op's result dtype may be, beside the name of one of DTYPES: some floating dtype
 # whatever its operands' (`mean` of any tensor), its receiver's, or the one its argument names.
 FLOATING = "floating"
@@ -107,7 +125,7 @@ KEPT = "kept"
 NAMED = "named"
 # Categories of ops that change something or run something beside their result: the RNG's
 # and in-place writes aside, a checkpoint, the gradients, the backward pass, storage.
-_EFFECTS = (Category.SAVE, Category.GRAD_NORM, Category.AUTOGRAD, Category.MEMORY)
+_EFFECTS = (Category.SAVE, Category.GRAD_NORM, Category.GRAD_CLIP, Category.AUTOGRAD, Category.MEMORY)
 # Module classes of these categories build weights drawn from the RNG (`nn.Linear`, `nn.LSTM`).
 _WEIGHTED = (Category.MATMUL, Category.CONVOLUTION, Category.RECURRENT)
 
@@ -190,6 +208,18 @@ class Op:
     place: Placement | None = None  # where its result is, where its category does not say
     # Its result's dtype (a DTYPES name, FLOATING, KEPT, NAMED), where its category does not say.
     dtype: str | None = None
+    python: str | None = None  # the Python type of its result where that is no tensor ("int")
+    # A mask given to it comes out a mask of the same positions set: a cast, a move, a copy,
+    # a view that may only add or broadcast dims (`view(1, T, T)`).
+    keeps_mask: bool = False
+    tests_finiteness: bool = False  # it tells, element by element, whether a value is NaN or infinite
+    # A step of a time loop may pass its state through it and still be an elementwise
+    # recurrence (maybe non-linear): elementwise math, reductions, products, moving dims.
+    recurrence: bool = False
+    # It clips the gradients of the parameters it is given to what it computes from them (a
+    # total norm) or is told (a value): the clipping of a step (not `clip_grads_with_norm_`,
+    # which is handed a norm computed before it).
+    clips: bool = False
 
     @property
     def placement(self) -> Placement:
@@ -232,7 +262,23 @@ class Op:
     @property
     def module(self) -> bool:
         """It is an `nn` module class: calling it builds a module, its forward computes."""
-        return self.name.rpartition(".")[2][:1].isupper()
+        return self.name.startswith("torch.nn.") and self.short[:1].isupper()
+
+    @property
+    def short(self) -> str:
+        """The last part of its name: what it computes (`softmax` of `torch.softmax` and `F.softmax`)."""
+        return self.name.rpartition(".")[2]
+
+
+@dataclass(frozen=True)
+class Attr:
+    """An attribute of a tensor (`x.T`, `x.shape`), in the terms of an op's facts."""
+
+    name: str
+    category: Category  # a view (`T`), a cast (`data`, the tensor detached), metadata, autograd's (`grad`)
+    shares: bool = False  # it is a view of the tensor's storage
+    dtype: str | None = None  # KEPT: a tensor of the tensor's dtype; None: its dtype depends
+    recurrence: bool = False  # as `Op.recurrence`
 
 
 def _ops(category: Category, names: str, *, prefixes: Iterable[str] = ("torch.",), **facts) -> list[Op]:
@@ -317,7 +363,8 @@ ENTRIES: list[Op] = [
     *_ops(Category.UNARY, _ACTIVATIONS, prefixes=(f"{FUNCTIONAL}.",)),
     *_ops(Category.UNARY, "expit", prefixes=("torch.special.",)),
     *_ops(Category.UNARY, "abs neg", prefixes=("torch.", METHOD), dtype=KEPT),
-    *_ops(Category.UNARY, "isnan isinf isfinite logical_not", prefixes=("torch.", METHOD), dtype="bool"),
+    *_ops(Category.UNARY, "isnan isinf isfinite", prefixes=("torch.", METHOD), dtype="bool", tests_finiteness=True),
+    *_ops(Category.UNARY, "logical_not", prefixes=("torch.", METHOD), dtype="bool"),
     *_ops(Category.UNARY, "exp_ sigmoid_ tanh_ relu_", prefixes=(METHOD,)),
     *_ops(Category.BINARY, "pow mul add sub div float_power lerp masked_fill", prefixes=(METHOD,)),
     *_ops(Category.BINARY, "pow where"),
@@ -445,12 +492,9 @@ ENTRIES: list[Op] = [
     ),
     *_ops(Category.SAVE, "save", prefixes=("torch.", "torch.serialization.")),
     *_ops(Category.SAVE, "save_file save_model", prefixes=("safetensors.torch.",)),
-    *_ops(
-        Category.GRAD_NORM,
-        "clip_grad_norm_ clip_grad_norm get_total_norm clip_grads_with_norm_",
-        prefixes=("torch.nn.utils.",),
-    ),
-    *_ops(Category.GRAD_NORM, "clip_grad_norm_", prefixes=("torch.nn.utils.clip_grad.",)),
+    *_ops(Category.GRAD_NORM, "clip_grad_norm_ clip_grad_norm", prefixes=("torch.nn.utils.",), clips=True),
+    *_ops(Category.GRAD_NORM, "get_total_norm clip_grads_with_norm_", prefixes=("torch.nn.utils.",)),
+    *_ops(Category.GRAD_NORM, "clip_grad_norm_", prefixes=("torch.nn.utils.clip_grad.",), clips=True),
     *_ops(
         Category.RECURRENT,
         _RNN,
@@ -463,19 +507,150 @@ ENTRIES: list[Op] = [
     *_ops(Category.SPARSE, "spmm hspmm smm sspaddmm sparse_coo_tensor sparse_csr_tensor", compile_breaks=_SPARSE_BREAK),
     *_ops(Category.SPARSE, "mm addmm", prefixes=("torch.sparse.",), compile_breaks=_SPARSE_BREAK),
     *_ops(Category.SPARSE, "to_sparse to_sparse_coo to_sparse_csr", prefixes=(METHOD,), compile_breaks=_SPARSE_BREAK),
+    *_ops(
+        Category.GRAD_CLIP,
+        "clip_grad_value_",
+        prefixes=("torch.nn.utils.", "torch.nn.utils.clip_grad."),
+        clips=True,
+    ),
+    *_ops(Category.CONTAINER, "Sequential ModuleList ModuleDict", prefixes=("torch.nn.",)),
+    *_ops(
+        Category.WRAPPER,
+        "DistributedDataParallel",
+        prefixes=("torch.nn.parallel.", "torch.nn.parallel.distributed."),
+    ),
+    *_ops(
+        Category.WRAPPER,
+        "DataParallel",
+        prefixes=("torch.nn.", "torch.nn.parallel.", "torch.nn.parallel.data_parallel."),
+    ),
+    *_ops(Category.WRAPPER, "compile"),
+    *_ops(Category.PROCESS, "device_count current_device", prefixes=("torch.cuda.",), python="int"),
+    *_ops(Category.PROCESS, "device_count current_device_index", prefixes=("torch.accelerator.",), python="int"),
+    *_ops(
+        Category.PROCESS, "get_rank get_world_size get_node_local_rank", prefixes=("torch.distributed.",), python="int"
+    ),
+    # The wait for a device's work, of torch's devices and of out-of-tree ones (torch_npu, Intel Gaudi's).
+    *_ops(
+        Category.PROCESS,
+        "synchronize",
+        prefixes=tuple(f"torch.{device}." for device in ("cuda", "mps", "xpu", "accelerator", "npu", "hpu")),
+        syncs=True,
+    ),
+    *_ops(
+        Category.AUTOCAST,
+        "autocast",
+        prefixes=(
+            "torch.",
+            "torch.amp.",
+            "torch.cuda.amp.",
+            "torch.cuda.amp.autocast_mode.",
+            "torch.cpu.amp.",
+            "torch.cpu.amp.autocast_mode.",
+        ),
+    ),
+    *_ops(
+        Category.GRAD_SCALER,
+        "GradScaler",
+        prefixes=("torch.", "torch.amp.", "torch.amp.grad_scaler.", "torch.cuda.amp.", "torch.cpu.amp."),
+    ),
     *[
         Op(name, Category.LOSS, loss=loss, autocast_refused=_BCE if module == "BCELoss" else None)
         for module, loss in _LOSSES.items()
         for name in (f"torch.nn.{module}", f"torch.nn.modules.loss.{module}", f"{FUNCTIONAL}.{loss.functional}")
     ],
 ]
+# Facts that cut across the groups above, by entry: a mask kept, a step of a recurrence.
+_MASK_KEEPING = (
+    "bool to type_as float half bfloat16 double int long byte cuda cpu contiguous detach clone "
+    "view reshape unsqueeze expand"
+)
+_RECURRENCE_METHODS = (
+    "unsqueeze squeeze transpose sum mean exp sigmoid tanh relu float to type_as softmax clamp abs neg sqrt "
+    "matmul mul add sub div"
+)
+_CROSSING: list[tuple[Iterable[str], dict[str, object]]] = [
+    ([METHOD + name for name in _MASK_KEEPING.split()], {"keeps_mask": True}),
+    ([METHOD + name for name in _RECURRENCE_METHODS.split()], {"recurrence": True}),
+    # The functions a recurrence may be made of: elementwise math, math along a dim, products, `where`.
+    (
+        [
+            op.name
+            for op in ENTRIES
+            if op.category in (Category.UNARY, Category.ALONG_DIM) and not op.name.startswith(METHOD)
+        ]
+        + ["torch.einsum", "torch.matmul", "torch.outer", "torch.where"],
+        {"recurrence": True},
+    ),
+]
+_FACTS_BY_NAME: dict[str, dict[str, object]] = {}
+for _names, _facts in _CROSSING:
+    for _name in _names:
+        _FACTS_BY_NAME.setdefault(_name, {}).update(_facts)
+_UNKNOWN = sorted(_FACTS_BY_NAME.keys() - {op.name for op in ENTRIES})
+if _UNKNOWN:  # a misspelt name would lose its facts silently
+    raise KeyError(f"facts of names not in the table: {_UNKNOWN}")
+ENTRIES = [replace(op, **_FACTS_BY_NAME.get(op.name, {})) for op in ENTRIES]
 OPS: dict[str, Op] = {op.name: op for op in ENTRIES}  # one entry a name (tested)
+
+# A tensor's attributes, keyed `Tensor.<name>` as its methods are.
+ATTRIBUTES: dict[str, Attr] = {
+    METHOD + attr.name: attr
+    for attr in (
+        Attr("data", Category.CAST, shares=True, dtype=KEPT),
+        *(Attr(name, Category.VIEW, shares=True, dtype=KEPT) for name in ("T", "H", "mH")),
+        Attr("mT", Category.VIEW, shares=True, dtype=KEPT, recurrence=True),
+        *(Attr(name, Category.VIEW, shares=True) for name in ("real", "imag")),  # a complex tensor's: real
+        Attr("grad", Category.AUTOGRAD, dtype=KEPT),
+        *(Attr(name, Category.METADATA) for name in ("shape", "ndim", "dtype", "device", "is_cuda", "requires_grad")),
+    )
+}
+
+# A module's methods (`nn.Module`'s), by what they do to the module.
+MODULE = "Module."
+
+
+@dataclass(frozen=True)
+class ModuleMethod:
+    name: str
+    returns_self: bool = False  # it returns the module itself: `Net().to(device).train()` is the `Net`
+    # It neither moves the module nor hands it out: a model's place is the same after
+    # `model.compile()` (which compiles its forward in place) as before.
+    keeps_place: bool = False
+    hook: str | None = None  # it adds a hook to each pass of this kind: "forward", "backward"
+    sets: str | None = None  # it sets an attribute by name (`register_buffer("mask", m)`): the value's keyword
+
+
+def _module_methods(names: str, **facts) -> list[ModuleMethod]:
+    return [ModuleMethod(name, **facts) for name in names.split()]
+
+
+NN_MODULE_METHODS: dict[str, ModuleMethod] = {
+    MODULE + method.name: method
+    for method in (
+        *_module_methods(
+            "to cuda cpu xpu ipu mtia float half double bfloat16 type apply share_memory to_empty", returns_self=True
+        ),
+        *_module_methods("train eval requires_grad_", returns_self=True, keeps_place=True),
+        *_module_methods(
+            "compile parameters named_parameters buffers named_buffers state_dict zero_grad forward extra_repr",
+            keeps_place=True,
+        ),
+        *_module_methods("register_forward_hook register_forward_pre_hook", hook="forward"),
+        *_module_methods(
+            "register_full_backward_hook register_full_backward_pre_hook register_backward_hook", hook="backward"
+        ),
+        ModuleMethod("register_buffer", sets="tensor"),
+        ModuleMethod("register_parameter", sets="param"),
+        *_module_methods("add_module register_module", sets="module"),
+    )
+}
 
 
 def functions(*categories: Category, **facts: object) -> frozenset[str]:
-    """Qualified names of the torch functions and classes in `categories` (all
-    when none is given) whose facts have the values given (`random=True`,
-    `in_place=False`, `shape=Shape.NEW`, `module=True`)."""
+    """Qualified names of the torch functions and classes in `categories` (every
+    category of operations when none is given) whose facts have the values given
+    (`random=True`, `in_place=False`, `shape=Shape.NEW`, `module=True`)."""
     return frozenset(op.name for op in _select(False, categories, facts))
 
 
@@ -484,8 +659,21 @@ def methods(*categories: Category, **facts: object) -> frozenset[str]:
     return frozenset(op.name.removeprefix(METHOD) for op in _select(True, categories, facts))
 
 
+def attributes(*categories: Category, **facts: object) -> frozenset[str]:
+    """Names of the tensor attributes in `categories` (all when none is given) whose facts
+    have the values given (`shares=True`), without `Tensor.`."""
+    found = [attr for attr in ATTRIBUTES.values() if not categories or attr.category in categories]
+    return frozenset(attr.name for attr in found if all(getattr(attr, f) == v for f, v in facts.items()))
+
+
+def module_methods(**facts: object) -> frozenset[str]:
+    """Names of the module methods whose facts have the values given (`returns_self=True`),
+    without `Module.`."""
+    return frozenset(m.name for m in NN_MODULE_METHODS.values() if all(getattr(m, f) == v for f, v in facts.items()))
+
+
 def _select(method: bool, categories: tuple[Category, ...], facts: dict[str, object]) -> list[Op]:
-    found = [op for category in categories or Category for op in _BY_KIND.get((method, category), ())]
+    found = [op for category in categories or _OPERATIONS for op in _BY_KIND.get((method, category), ())]
     for fact, value in facts.items():
         found = [op for op in found if getattr(op, fact) == value]
     return found

@@ -1,6 +1,7 @@
 """The table of torch operations checked against the installed torch: every name
 exists, each category's shape rule holds for its entries, in-place methods
-return their receiver, and each loss's defaults are torch's."""
+return their receiver, each loss's defaults are torch's, every module class is
+one of torch.nn, and each tensor attribute is what its entry says."""
 
 from __future__ import annotations
 
@@ -12,8 +13,8 @@ import re
 import pytest
 import torch
 
-from codemod.analysis.torch_facts import MODULE_METHODS_RETURNING_SELF
 from codemod.analysis.torch_ops import (
+    ATTRIBUTES,
     DTYPE_OF,
     DTYPES,
     ENTRIES,
@@ -21,13 +22,16 @@ from codemod.analysis.torch_ops import (
     FUNCTIONAL,
     KEPT,
     METHOD,
+    MODULE,
     NAMED,
+    NN_MODULE_METHODS,
     OPS,
     Category,
     Placement,
     Shape,
     functions,
     methods,
+    module_methods,
 )
 
 # Arguments beyond the tensor for entries that need them.
@@ -112,11 +116,105 @@ def test_one_entry_a_name():
     assert len(OPS) == len(ENTRIES)
 
 
+# Devices whose torch modules come with out-of-tree packages (torch_npu, Intel Gaudi's).
+OUT_OF_TREE = ("torch.npu.", "torch.hpu.")
+
+
 @pytest.mark.parametrize("name", sorted(OPS))
 def test_every_name_exists_in_torch(name):
     if name.startswith("safetensors.") and importlib.util.find_spec("safetensors") is None:
         pytest.skip("safetensors is not installed")
+    if name.startswith(OUT_OF_TREE):
+        pytest.skip("a device of an out-of-tree package")
     assert callable(_resolve(name))
+
+
+@pytest.mark.parametrize("name", sorted(OPS))
+def test_the_module_classes_are_torch_nn_modules(name):
+    target = _resolve(name) if not name.startswith(OUT_OF_TREE) and not name.startswith("safetensors.") else None
+    is_module = inspect.isclass(target) and issubclass(target, torch.nn.Module)
+    assert OPS[name].module == is_module, name
+
+
+def test_the_entries_of_torchs_other_objects_are_what_their_category_says():
+    """Containers hold modules, wrappers run their model's forward, autocasts are autocast
+    context managers, scalers are GradScalers, and a process's queries answer Python ints."""
+    for name in functions(Category.CONTAINER):
+        assert issubclass(_resolve(name), torch.nn.Module) and hasattr(_resolve(name)(), "__len__"), name
+    model = torch.nn.Linear(2, 2)
+    for name in functions(Category.WRAPPER):  # without a process group, DDP is only checked to wrap
+        wrapper = _resolve(name)
+        if name.endswith("DistributedDataParallel"):
+            assert "module" in inspect.signature(wrapper).parameters
+            continue
+        x = torch.rand(3, 2)
+        torch.testing.assert_close(wrapper(model)(x), model(x))
+    for name in functions(Category.AUTOCAST):
+        assert issubclass(_resolve(name), torch.amp.autocast), name
+    for name in functions(Category.GRAD_SCALER):
+        assert issubclass(_resolve(name), torch.amp.GradScaler), name
+    for name in functions(Category.PROCESS, python="int"):
+        assert inspect.signature(_resolve(name)).return_annotation is int, name
+    assert isinstance(torch.cuda.device_count(), int) and isinstance(torch.accelerator.device_count(), int)
+    # None of them is an operation: the views over every category leave them out.
+    others = functions(Category.CONTAINER, Category.WRAPPER, Category.AUTOCAST, Category.GRAD_SCALER, Category.PROCESS)
+    assert others and not others & functions()
+
+
+@pytest.mark.parametrize("name", sorted(functions(clips=True)))
+def test_clipping_functions_clip_the_gradients_they_are_given(name):
+    parameter = torch.nn.Parameter(torch.zeros(4))
+    parameter.grad = torch.full((4,), 10.0)
+    _resolve(name)([parameter], 1.0)
+    assert parameter.grad.abs().max() <= 1.0 + 1e-6
+
+
+@pytest.mark.parametrize(
+    "name", sorted(functions(tests_finiteness=True) | {METHOD + n for n in methods(tests_finiteness=True)})
+)
+def test_finiteness_tests_tell_nan_and_infinities_from_numbers(name):
+    answers = _call(name, torch.tensor([1.0, float("nan"), float("inf"), -float("inf")]))
+    number, nan, infinity, negative_infinity = answers.tolist()
+    assert answers.dtype == torch.bool and infinity == negative_infinity
+    assert nan != number or infinity != number
+
+
+# Arguments that keep a (4, 4) mask a mask of the same positions (views that add a dim).
+MASK_ARGUMENTS = {
+    "to": (torch.float32,),
+    "type_as": (torch.zeros(1),),
+    "view": (1, 4, 4),
+    "reshape": (1, 4, 4),
+    "expand": (2, 4, 4),
+    "unsqueeze": (0,),
+}
+
+
+@pytest.mark.parametrize("name", sorted(methods(keeps_mask=True)))
+def test_mask_keeping_methods_keep_the_positions_set(name):
+    if name == "cuda" and not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    mask = torch.rand(4, 4) > 0.5
+    kept = getattr(mask, name)(*MASK_ARGUMENTS.get(name, ()))
+    assert torch.equal(kept.bool().expand(*kept.shape[:-2], 4, 4), mask.expand(*kept.shape[:-2], 4, 4))
+
+
+@pytest.mark.parametrize("name", sorted(ATTRIBUTES))
+def test_each_attribute_of_a_tensor_is_what_its_entry_says(name):
+    """A view shares its tensor's storage, KEPT is a tensor of its tensor's dtype where it
+    is, metadata is no tensor."""
+    attr = ATTRIBUTES[name]
+    tensor = torch.rand(2, 3, dtype=torch.complex64 if attr.name == "imag" else torch.float32, requires_grad=True)
+    tensor.grad = torch.rand(2, 3, dtype=tensor.dtype)
+    value = getattr(tensor, attr.name)
+    if attr.category is Category.METADATA:
+        assert not isinstance(value, torch.Tensor)
+        return
+    assert isinstance(value, torch.Tensor) and value.device == tensor.device
+    if attr.shares:
+        assert value.untyped_storage().data_ptr() == tensor.untyped_storage().data_ptr()
+    if attr.dtype == KEPT:
+        assert value.dtype == tensor.dtype
 
 
 SHAPE_KEPT = sorted(
@@ -264,7 +362,43 @@ def test_a_module_class_is_in_the_matrix_products_exactly_when_its_forward_multi
     assert (f"torch.nn.{name}" in MATRIX_PRODUCTS) == multiplies
 
 
-@pytest.mark.parametrize("name", sorted(MODULE_METHODS_RETURNING_SELF))
+@pytest.mark.parametrize("name", sorted(NN_MODULE_METHODS))
+def test_every_module_method_is_nn_modules(name):
+    assert callable(getattr(torch.nn.Module, NN_MODULE_METHODS[name].name, None))
+
+
+@pytest.mark.parametrize("name", sorted(module_methods(keeps_place=True)))
+def test_module_methods_keeping_the_place_leave_the_parameters_where_they_are(name):
+    module = torch.nn.Linear(2, 2)
+    before = [p.data_ptr() for p in module.parameters()]
+    result = getattr(module, name)(*((torch.rand(1, 2),) if name == "forward" else ()))
+    if inspect.isgenerator(result):  # `parameters()`, `buffers()`: run through them
+        result = list(result)
+    assert [p.data_ptr() for p in module.parameters()] == before
+    assert not isinstance(result, torch.nn.Module) or result is module
+
+
+@pytest.mark.parametrize("name", sorted(module_methods(hook="forward") | module_methods(hook="backward")))
+def test_hook_registrations_hook_the_pass_they_say(name):
+    module, passes, running = torch.nn.Linear(2, 2), [], []
+    getattr(module, name)(lambda *arguments: passes.append(running[-1]))
+    running.append("forward")
+    loss = module(torch.rand(1, 2, requires_grad=True)).sum()
+    running.append("backward")
+    loss.backward()
+    assert passes == [NN_MODULE_METHODS[MODULE + name].hook]
+
+
+@pytest.mark.parametrize("name", sorted(n for n, m in NN_MODULE_METHODS.items() if m.sets is not None))
+def test_attribute_setters_set_the_value_of_their_keyword(name):
+    method = NN_MODULE_METHODS[name]
+    value = {"tensor": torch.zeros(2), "param": torch.nn.Parameter(torch.zeros(2)), "module": torch.nn.ReLU()}
+    module = torch.nn.Linear(2, 2)
+    getattr(module, method.name)("added", **{method.sets: value[method.sets]})
+    assert module.added is value[method.sets]
+
+
+@pytest.mark.parametrize("name", sorted(module_methods(returns_self=True)))
 def test_module_methods_returning_self_do(name):
     module = torch.nn.Linear(2, 2)
     arguments = {"to": ("cpu",), "type": (torch.float32,), "apply": (lambda m: None,), "to_empty": ()}
