@@ -129,12 +129,6 @@ LOSS_FUNCTIONS = {name for name, loss in _LOSSES.items() if name.startswith(FUNC
 LOSS_MODULES = {name for name, loss in _LOSSES.items() if not name.startswith(FUNCTIONAL) and loss.per_element}
 ALL_LOSS_FUNCTIONS = frozenset(name for name in _LOSSES if name.startswith(FUNCTIONAL))  # every loss torch has
 ALL_LOSS_MODULES = frozenset(name for name in _LOSSES if not name.startswith(FUNCTIONAL))  # and as modules
-# Losses whose mean divides by the targets that count (not ignore_index; weighted by class).
-COUNTED_LOSSES = short(name for name, loss in _LOSSES.items() if loss.counted)
-# The function a loss module calls.
-FUNCTIONAL_OF = {
-    name.rsplit(".", 1)[1]: loss.functional for name, loss in _LOSSES.items() if not name.startswith(FUNCTIONAL)
-}
 # The loss facts of each loss function and module class (its function's name, torch's defaults).
 LOSSES = dict(_LOSSES)
 
@@ -726,7 +720,6 @@ PASS_THROUGH_ITERABLES = {
     "itertools.islice",
     "itertools.cycle",
 }
-BUILTIN_PREFIXES = ("builtins.",)
 # Methods of Python's containers that return (views of) what the container holds.
 CONTAINER_READS = frozenset({"get", "values", "items", "__getitem__"})
 # Builtins whose result depends on their arguments alone and that change nothing.
