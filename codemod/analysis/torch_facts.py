@@ -441,6 +441,16 @@ LR_GROUP_KEYS = frozenset({"lr", "initial_lr", "params"})
 DOUBLE_TENSOR_TYPES = {"torch.DoubleTensor", "torch.cuda.DoubleTensor"}
 # Calls whose value tells whether the process has a CUDA device (`if torch.cuda.is_available():`).
 CUDA_PROBES = {"torch.cuda.is_available", "torch.cuda.device_count"}
+# The names of torch's settings of float32 matrix products (TF32): the backends' flags and the
+# function; a program that spells one chooses the precision itself.
+MATMUL_PRECISION_SETTINGS = ("allow_tf32", "fp32_precision", "set_float32_matmul_precision")
+# Calls that hand memory back (Python's collector, the CUDA caching allocator), with how a
+# message spells each.
+MEMORY_CLEANUPS = {
+    "gc.collect": "gc.collect()",
+    "torch.cuda.empty_cache": "torch.cuda.empty_cache()",
+    "torch.cuda.memory.empty_cache": "torch.cuda.empty_cache()",
+}
 
 # -- layers, dropouts and draws ------------------------------------------------------------
 
@@ -696,6 +706,9 @@ SIZE_METHODS = ("size", "numel", "dim")
 # ==========================================================================================
 
 # -- Python's builtins and standard library ------------------------------------------------
+
+# The decorators that make a generator function a context manager.
+CONTEXT_MANAGER_DECORATORS = ("contextlib.contextmanager", "contextlib.asynccontextmanager")
 
 # The builtins of index arithmetic: a `__getitem__` that calls them still only indexes memory.
 INDEX_BUILTINS = frozenset(f"builtins.{name}" for name in "len int float min max abs slice divmod round".split()) | {

@@ -73,6 +73,7 @@ from codemod.analysis.torch_facts import (
     HOST_NUMBER_FUNCTIONS,
     HOST_NUMBER_MODULES,
     HOST_ONLY_MODULES,
+    MATMUL_PRECISION_SETTINGS,
     MATRIX_PRODUCT_METHODS,
     MATRIX_PRODUCTS,
     MODEL_LOADERS,
@@ -947,6 +948,16 @@ class Training:
         `multiplies_matrices`)? Asked by the files that import it."""
         search = _MatrixProducts(self)
         return search.in_class(node) if isinstance(node, cst.ClassDef) else search.in_code(node)
+
+    @functools.cached_property
+    def matmul_precision_chosen(self) -> bool:
+        """Does the program choose the precision of float32 matrix products (TF32) itself, on
+        or off: this file spells one of torch's settings of it, or a project module it imports
+        does?"""
+        if any(name.value in MATMUL_PRECISION_SETTINGS for name in self.index.find(cst.Name)):
+            return True
+        settings = (setting.encode() for setting in MATMUL_PRECISION_SETTINGS)
+        return project_of(self.context).imported_module_mentioning(*settings) is not None
 
     def reduced_precision(self, loop: TrainingLoop) -> cst.CSTNode | None:
         """What visibly runs the step's matrix products in float16 or bfloat16: every model

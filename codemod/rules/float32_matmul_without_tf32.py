@@ -5,15 +5,11 @@ import libcst as cst
 from codemod.analysis import match as m
 from codemod.analysis.lightning import lightning_trainers
 from codemod.analysis.names import is_main_guard, names_read
-from codemod.analysis.project import project_of
 from codemod.analysis.scopes import binding_prefix
 from codemod.analysis.sizes import launch_bound, sizes_of, widest_memory_bound
 from codemod.edits import Edit, InsertAfter, InsertBefore
 from codemod.rule import Invalid, Level, Rule, Valid
 
-# Any of these names means the script already chose its float32 matmul precision
-# (on or off, legacy or per-backend API); the rule then leaves the choice alone.
-PRECISION_SETTINGS = ("allow_tf32", "fp32_precision", "set_float32_matmul_precision")
 ENABLE_TF32 = 'torch.set_float32_matmul_precision("high")'
 
 IMPORTS = "import torch\nimport torch.nn as nn\n"
@@ -423,14 +419,12 @@ class Float32MatmulWithoutTf32(Rule):
             for loop in training.loops
         ):
             return  # TF32 changes float32 matrix products only: none here, or all in another dtype
-        if any(name.value in PRECISION_SETTINGS for name in self.context.index.find(cst.Name)):
-            return
+        if training.matmul_precision_chosen:
+            return  # the program chooses it (on or off), here or in a module of its own
         narrow = self._narrow_products(training)
         if narrow is not None:
             self.report(training.loops[0].loop, f"{self.MESSAGE}; not fixed: {narrow}")
             return
-        if project_of(self.context).imported_module_mentioning(*(s.encode() for s in PRECISION_SETTINGS)):
-            return  # the project chooses it in a module of its own that this file imports
         enable = cst.parse_statement(ENABLE_TF32 + "\n")
         loop = training.loops[0].loop  # reported at the training loop, fixed at start-up
         edits = self._at_startup(node, [self._entry_of(each.loop) for each in training.loops], loop, enable)
@@ -459,9 +453,7 @@ class Float32MatmulWithoutTf32(Rule):
                 or not any(training.matrix_products_in(cls) for cls in build.modules)
             ):
                 continue
-            if any(name.value in PRECISION_SETTINGS for name in self.context.index.find(cst.Name)):
-                return
-            if project_of(self.context).imported_module_mentioning(*(s.encode() for s in PRECISION_SETTINGS)):
+            if training.matmul_precision_chosen:
                 return
             enable = cst.parse_statement(ENABLE_TF32 + "\n")
             edits = self._at_startup(module, [self._entry_of(build.call)], build.call, enable)

@@ -3,15 +3,10 @@ from __future__ import annotations
 import libcst as cst
 
 from codemod.analysis.periodic import periodic
+from codemod.analysis.torch_facts import MEMORY_CLEANUPS
 from codemod.edits import Remove
 from codemod.rule import Invalid, Level, Rule, Valid
 
-# Qualified name -> how the message spells the call.
-MEMORY_CLEANUPS = {
-    "gc.collect": "gc.collect()",
-    "torch.cuda.empty_cache": "torch.cuda.empty_cache()",
-    "torch.cuda.memory.empty_cache": "torch.cuda.empty_cache()",
-}
 COSTS = {
     "gc.collect()": "walks every tracked Python object",
     "torch.cuda.empty_cache()": (

@@ -9,13 +9,11 @@ from codemod.analysis import match as m
 from codemod.analysis.hook_handles import hook_handles
 from codemod.analysis.local_calls import local_calls
 from codemod.analysis.names import names_read
-from codemod.analysis.torch_facts import FORWARD_HOOK_REGISTRATIONS
+from codemod.analysis.torch_facts import CONTEXT_MANAGER_DECORATORS, FORWARD_HOOK_REGISTRATIONS
 from codemod.edits import InsertAfter, Remove, Replace
 from codemod.rule import Invalid, Level, Rule, Valid
 
 # Functions that run once per model call.
-PER_CALL_FUNCTIONS = ("forward", "__call__")
-CONTEXT_MANAGERS = ("contextlib.contextmanager", "contextlib.asynccontextmanager")
 LEFT_AS_WRITTEN = (
     "left as written: a registration costs a few microseconds, which shows only in small models with "
     "many hooked layers (runtime.hooks.PersistentHooks passes per-call values to hooks registered once)"
@@ -293,7 +291,7 @@ class PerCallHookRegistration(Rule):
         return "function" if "function" in kinds else (kinds[0] if kinds else None)
 
     def _is_context_manager(self, function: cst.FunctionDef) -> bool:
-        return any(self.context.names.is_(d.decorator, *CONTEXT_MANAGERS) for d in function.decorators)
+        return any(self.context.names.is_(d.decorator, *CONTEXT_MANAGER_DECORATORS) for d in function.decorators)
 
     def _in_training_loop(self, node: cst.CSTNode) -> bool:
         return any(

@@ -167,6 +167,27 @@ def test_a_choice_made_in_a_project_module_the_script_imports_is_left_alone(tmp_
     assert [f.applied for f in result.findings] == [True]
 
 
+def test_a_narrow_model_of_a_project_that_chooses_the_precision_elsewhere_gets_no_finding(tmp_path):
+    """The program's own choice outranks the sizes: with TF32 set in a project module, a
+    step of narrow products is no finding at all, not a report of why it is not fixed."""
+    (tmp_path / "pyproject.toml").write_text("[project]\nname = 'demo'\n")
+    source = EPOCH.replace("import torch.nn as nn\n", "import torch.nn as nn\nfrom setup_env import configure\n")
+    source = source.replace("nn.Linear(512, 512)", "nn.Linear(8, 8)").replace(
+        "torch.randn(1024, 512)", "torch.randn(4, 8)"
+    )
+    script = tmp_path / "train.py"
+    script.write_text(source)
+    settings = Settings(select=("PM302",), level=Level.NUMERIC, root=tmp_path)
+    (tmp_path / "setup_env.py").write_text("def configure():\n    pass\n")
+    result = process_source(source.encode(), str(script), settings, [Float32MatmulWithoutTf32])
+    assert [f.applied for f in result.findings] == [False]  # narrow: reported, not fixed
+    (tmp_path / "setup_env.py").write_text(
+        "import torch\n\n\ndef configure():\n    torch.backends.cuda.matmul.allow_tf32 = True\n"
+    )
+    result = process_source(source.encode(), str(script), settings, [Float32MatmulWithoutTf32])
+    assert result.findings == []
+
+
 def test_training_in_spawned_workers_gets_it_where_each_worker_starts():
     new = fixed(
         """\
