@@ -60,7 +60,7 @@ class Registrations:
 
     # -- where it runs -----------------------------------------------------------------
 
-    def regions(self, node: cst.CSTNode) -> Iterator[cst.CSTNode]:
+    def _regions(self, node: cst.CSTNode) -> Iterator[cst.CSTNode]:
         """Loops and per-call functions around `node`, innermost first, up to the
         enclosing function: a `forward`, a `@contextmanager`, or a function some call
         of which runs in a loop or in such a function (`collect(model, x)` called in
@@ -78,18 +78,18 @@ class Registrations:
 
     def per_call(self, node: cst.CSTNode) -> str | None:
         """`"function"` inside a per-call function, `"loop"` inside a loop, else None."""
-        kinds = ["function" if isinstance(r, cst.FunctionDef) else "loop" for r in self.regions(node)]
+        kinds = ["function" if isinstance(r, cst.FunctionDef) else "loop" for r in self._regions(node)]
         return "function" if "function" in kinds else (kinds[0] if kinds else None)
 
     def in_training_loop(self, node: cst.CSTNode) -> bool:
         """Is a loop around `node`, up to its function, a training loop?"""
         return any(
-            isinstance(r, (cst.For, cst.While)) and self.context.loops.is_training_loop(r) for r in self.regions(node)
+            isinstance(r, (cst.For, cst.While)) and self.context.loops.is_training_loop(r) for r in self._regions(node)
         )
 
     def removed_in_same_call(self, call: cst.Call, removals: list[cst.CSTNode]) -> bool:
         """Is there a loop or per-call function around the registration that also holds a removal?"""
-        return any(any(self.index.inside(r, region) for r in removals) for region in self.regions(call))
+        return any(any(self.index.inside(r, region) for r in removals) for region in self._regions(call))
 
     def _is_context_manager(self, function: cst.FunctionDef) -> bool:
         return any(self.context.names.is_(d.decorator, *CONTEXT_MANAGER_DECORATORS) for d in function.decorators)
