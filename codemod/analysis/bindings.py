@@ -12,7 +12,7 @@ from __future__ import annotations
 import libcst as cst
 from libcst.metadata import Assignment
 
-from codemod.analysis.names import sole_definition
+from codemod.analysis.names import names_read, sole_definition
 from codemod.analysis.scopes import PerBindings
 
 # Nodes between a bound Name and the statement that binds it.
@@ -95,6 +95,40 @@ class Bindings:
     def local_function(self, expr: cst.BaseExpression) -> cst.FunctionDef | None:
         """The `def` of this file that `expr` (a Name) calls, when it is the only binding."""
         return sole_definition(self.scopes, expr, cst.FunctionDef)
+
+    def parameters_reached(self, node: cst.CSTNode, function: cst.FunctionDef) -> list[str]:
+        """The parameters of `function` whose values `node` reads, sorted: directly, or
+        through the names bound in `function` that it reads, by the values and loop
+        iterables that bind them (`for name, hook in hooks.items():` reads `hooks`)."""
+        params = {p.name.value for p in (*function.params.params, *function.params.kwonly_params)}
+        found: set[str] = set()
+        todo, seen = list(names_read(node)), set()
+        while todo:
+            name = todo.pop()
+            if name.value in seen:
+                continue
+            seen.add(name.value)
+            if name.value in params:
+                found.add(name.value)
+                continue
+            scope = self.scopes.get(name)
+            if scope is None or name.value not in scope.assignments:
+                continue
+            for assignment in scope.assignments[name.value]:
+                target = assignment.node
+                if not isinstance(target, cst.Name) or not self._inside(target, function):
+                    continue
+                holder = self.statement(target)
+                if isinstance(holder, cst.For):
+                    todo += names_read(holder.iter)
+                elif isinstance(holder, (cst.Assign, cst.AnnAssign)) and holder.value is not None:
+                    todo += names_read(holder.value)
+        return sorted(found)
+
+    def _inside(self, node: cst.CSTNode, ancestor: cst.CSTNode) -> bool:
+        while node is not None and node is not ancestor:
+            node = self.parents.get(node)
+        return node is ancestor
 
     def param_of(self, name: cst.Name) -> tuple[cst.FunctionDef, cst.Param] | None:
         """The function and parameter `name` is bound to, when that is its only binding."""

@@ -290,6 +290,32 @@ class TreeIndex:
             current = self.parents.get(current)
         return current
 
+    def statement_in(self, node: cst.CSTNode, block: cst.CSTNode) -> cst.CSTNode:
+        """The statement of `block` (a function's or a loop's body, the module) that holds
+        `node`; `node` itself when no statement of `block` holds it."""
+        statement = node
+        for ancestor in self.ancestors(node):
+            if ancestor is block:
+                return statement
+            statement = ancestor
+        return statement
+
+    def block_owner(self, statement: cst.CSTNode) -> cst.CSTNode | None:
+        """The `if`, `else`, `with`, `for`, `def`... whose indented block holds `statement`;
+        None for a statement of the module or of a one-line suite."""
+        block = self.parents.get(statement)
+        return self.parents.get(block) if isinstance(block, cst.IndentedBlock) else None
+
+    def own_returns(self, node: cst.CSTNode) -> list[cst.Return]:
+        """The `return` statements in `node` that leave the function holding `node` (not
+        those of functions or lambdas defined in it)."""
+        function = self.first_enclosing(node, (cst.FunctionDef, cst.Lambda))
+        return [
+            leaving
+            for leaving in self.find(cst.Return, within=node)
+            if self.first_enclosing(leaving, (cst.FunctionDef, cst.Lambda)) is function
+        ]
+
     # -- nodes of a type -------------------------------------------------------------
 
     @functools.cached_property

@@ -311,13 +311,20 @@ class SynchronousCheckpointInLoop(Rule):
     ]
 
     def visit_Module(self, node: cst.Module) -> None:
-        index = self.context.index
         self._checkpoints = checkpoints(self.context)
-        self._taken: set[str] = set(index.spelled_names)
+        self._taken: set[str] = set(self.context.index.spelled_names)
+        self._imports_project = project_of(self.context).imports_project()
+        self._calls: list[cst.Call] = []
+
+    def visit_Call(self, node: cst.Call) -> None:
+        if self._imports_project or "save" in _callee_name(node):
+            self._calls.append(node)
+
+    def leave_Module(self, original_node: cst.Module) -> None:
+        """Every save of the file, grouped by the training loop or the function that runs it."""
         names = self.context.names
-        project = project_of(self.context)
-        imports_project = project.imports_project()
-        calls = [call for call in index.find(cst.Call) if imports_project or "save" in _callee_name(call)]
+        imports_project = self._imports_project
+        calls = self._calls
         by_loop: dict[int, tuple[cst.CSTNode, list]] = {}
         by_helper: dict[cst.FunctionDef, tuple[list, list]] = {}
         for call in calls:
@@ -398,9 +405,13 @@ class SynchronousCheckpointInLoop(Rule):
 
     def _suppressed(self, call: cst.Call) -> bool:
         """`# perfmod: ignore[PM405]` on the save's line, or on the `with open(...)` around it."""
-        line = next((a for a in self.context.index.ancestors(call) if isinstance(a, cst.SimpleStatementLine)), None)
-        return line is not None and (
-            suppressed_on(line, self.CODE) or suppressed_on(_enclosing_with(self.context.parents, line), self.CODE)
+        index = self.context.index
+        line = index.statement_of(call)
+        if not isinstance(line, cst.SimpleStatementLine):
+            return False
+        holder = index.block_owner(line)
+        return suppressed_on(line, self.CODE) or suppressed_on(
+            holder if isinstance(holder, cst.With) else None, self.CODE
         )
 
     # -- the fix -------------------------------------------------------------------------
@@ -417,11 +428,8 @@ class SynchronousCheckpointInLoop(Rule):
         # One fix for the loop: the checkpointer, its flushes and every save. Each save's
         # finding carries it (the same edits, made once).
         edits: list[Edit] = [_save_edit(plan, name) for _, plan in fixable]
-        for leaving in self.context.index.find(cst.Return, within=loop.body):
-            if self.context.index.first_enclosing(
-                leaving, (cst.FunctionDef, cst.Lambda)
-            ) is self.context.index.first_enclosing(loop, (cst.FunctionDef, cst.Lambda)):
-                edits.append(_flush_before(leaving, name, self.context.parents))
+        for leaving in self.context.index.own_returns(loop.body):
+            edits.append(_flush_before(leaving, name, self.context.parents))
         waits = list({id(line): line for _, plan in fixable for line in plan.flush_before}.values())
         edits += [InsertBefore(line, (_flush_line(name),)) for line in waits]
         build = cst.SimpleStatementLine([cst.Assign([cst.AssignTarget(cst.Name(name))], cst.Call(cst.Name(IMPORT[1])))])
@@ -468,11 +476,8 @@ class SynchronousCheckpointInLoop(Rule):
         loops = list(dict.fromkeys(loop for loop, _ in sites))
         for loop in loops:
             edits.append(InsertAfter(loop, (_flush_line(name),)))
-            for leaving in self.context.index.find(cst.Return, within=loop.body):
-                if self.context.index.first_enclosing(
-                    leaving, (cst.FunctionDef, cst.Lambda)
-                ) is self.context.index.first_enclosing(loop, (cst.FunctionDef, cst.Lambda)):
-                    edits.append(_flush_before(leaving, name, self.context.parents))
+            for leaving in self.context.index.own_returns(loop.body):
+                edits.append(_flush_before(leaving, name, self.context.parents))
         first = sites[0][1][0]
         for call, _plan in fixable:
             self.report(
@@ -514,12 +519,6 @@ class SynchronousCheckpointInLoop(Rule):
 
     def _code(self, node: cst.CSTNode) -> str:
         return self.context.module.code_for_node(node).strip()
-
-
-def _enclosing_with(parents, line: cst.SimpleStatementLine) -> cst.With | None:
-    block = parents.get(line)
-    holder = parents.get(block) if isinstance(block, cst.IndentedBlock) else None
-    return holder if isinstance(holder, cst.With) else None
 
 
 def _save_edit(plan: Save, name: str) -> Edit:

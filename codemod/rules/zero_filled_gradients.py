@@ -6,6 +6,7 @@ from libcst.metadata import Assignment
 from codemod.analysis import match as m
 from codemod.analysis.grad_resets import assigns_grads, grad_resets, is_not_none_check, is_plain_reference
 from codemod.analysis.names import kwarg, method_name, positional
+from codemod.analysis.output_sites import output_sites
 from codemod.analysis.values import Kind
 from codemod.edits import Remove, Replace
 from codemod.rule import Invalid, Level, Rule, Valid
@@ -224,15 +225,8 @@ class ZeroFilledGradients(Rule):
         """`grads = [p.grad for p in model.parameters() if p.grad is not None]` then
         `torch._foreach_zero_(grads)` (under `if grads:` or not): one kernel launch
         per group instead of per parameter, but still a fill of every buffer."""
-        statement = self.context.parents.get(node)
-        line = self.context.parents.get(statement)
-        if not (
-            isinstance(statement, cst.Expr)
-            and isinstance(line, cst.SimpleStatementLine)
-            and len(line.body) == 1
-            and len(node.args) == 1
-            and isinstance(node.args[0].value, cst.Name)
-        ):
+        line = output_sites(self.context).own_statement(node)
+        if line is None or len(node.args) != 1 or not isinstance(node.args[0].value, cst.Name):
             return
         grads = node.args[0].value
         assignments = self.context.bindings.assignments(grads) or []
@@ -286,8 +280,9 @@ class ZeroFilledGradients(Rule):
         """What the fix replaces (the fill's line, or `if grads:` around it) and the edits
         beside it (removing the line that builds the list of gradients, when that list is
         only built for the fill)."""
-        built_line = self.context.parents.get(self.context.bindings.statement(assignment.node))
-        guard = self.context.parents.get(self.context.parents.get(line))
+        index = self.context.index
+        built_line = index.statement_of(assignment.node)
+        guard = index.block_owner(line)
         site: cst.CSTNode = line
         if (
             isinstance(guard, cst.If)
@@ -302,7 +297,7 @@ class ZeroFilledGradients(Rule):
             all(self.context.inside(reference.node, site) for reference in assignment.references)
             and isinstance(built_line, cst.SimpleStatementLine)
             and len(built_line.body) == 1
-            and isinstance(self.context.parents.get(built_line), cst.IndentedBlock)
+            and index.block_owner(built_line) is not None
         ):
             return site, [Remove(built_line)]  # the list of gradients is only built for the fill
         return line, []
@@ -330,7 +325,7 @@ class ZeroFilledGradients(Rule):
         region = (
             (training_loop.loop if training_loop is not None else None)
             or self.context.loops.step_loop_of(site)
-            or self._enclosing_body(site)
+            or self._function_body(site)
         )
         steps = self.context.loops
         backwards = [c for c in steps.reached_calls(region) if steps.is_backward(c)]
@@ -360,11 +355,10 @@ class ZeroFilledGradients(Rule):
         else:
             self.report(site, f"{message}; unsafe: {why}", edits=edits, level=Level.UNSAFE, at=at)
 
-    def _enclosing_body(self, node: cst.CSTNode) -> cst.CSTNode:
-        current = self.context.parents.get(node)
-        while current is not None and not isinstance(current, (cst.FunctionDef, cst.Module)):
-            current = self.context.parents.get(current)
-        return current.body if isinstance(current, cst.FunctionDef) else current
+    def _function_body(self, node: cst.CSTNode) -> cst.CSTNode:
+        """The body of the function that holds `node`, or the module."""
+        function = self.context.index.first_enclosing(node, cst.FunctionDef)
+        return function.body if function is not None else self.context.module
 
 
 def _callee(call: cst.Call) -> str | None:
