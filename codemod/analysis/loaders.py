@@ -326,6 +326,19 @@ class Loaders:
                 found.append(Feed(loader, loop, statement.targets[0].target if assigned else call, call))
         return found
 
+    @functools.cached_property
+    def host_loops(self) -> list[Feed]:
+        """The `for` loops over a loader that `feeds` leaves out: they neither train nor copy
+        anything to a device, so their batches stay on the host. Asked only of the modules
+        that call a function of another module that returns its loader."""
+        found = []
+        for loop in self.index.find(cst.For):
+            if self._may_use_batches(loop):
+                continue
+            for iterable, target in self.iterated(loop.iter, loop.target):
+                found.extend(Feed(loader, loop, target) for loader in self.sources(iterable, (), 0))
+        return found
+
     def _may_use_batches(self, loop: cst.CSTNode) -> bool:
         """Could the rules use what `loop` iterates over: does it train, or copy anything to a
         device (`copies_to_device`'s calls)? Others are not followed to their loaders, which
@@ -994,6 +1007,9 @@ class Loaders:
                 text = context.source(first)
                 copy = Site(name, module.path, context.line(first), text if len(text) <= 80 else "")
                 use = BatchUse(copy, loop, trains, all(c.place is Place.CUDA for c in copies), None)
+        for feed in loaders.host_loops:
+            if host is None and feed.loader is mirror and loaders.factory_call_of(feed) is call:
+                host = Site(name, module.path, context.line(feed.loop))
         return use, host
 
     @staticmethod

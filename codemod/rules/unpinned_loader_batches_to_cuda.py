@@ -37,9 +37,13 @@ class UnpinnedLoaderToCuda(Rule):
     return the loader) and that do not pass `pin_memory`, and adds it.
 
     A loader that a function of a module returns (`def make_loaders(cfg): ...
-    return train, val`) is pinned in that module, where it is built, when every
+    return train, val`) is pinned in that module, where it is built, when a
     module of the package that calls the function copies its batches to a
-    device; the files that call it then say nothing of it. Otherwise, a loader
+    device (in its loop, through a generator that yields them, or in a
+    function it hands the loader to); when another caller loops over the
+    batches without copying any to a device, it is reported there instead,
+    naming that caller: pinning would only cost it a copy. The files that call
+    it then say nothing of it. Otherwise (a file of another package), a loader
     built by a function of another module whose batches this file copies is
     reported at that call, with the file and line of the DataLoader to change:
     perfmod does not edit another file. So is a loader (built here, or by such a factory) that
