@@ -1065,12 +1065,12 @@ class Loaders:
             if copy is not None and copy.moves_device and copy.target is not Place.HOST:
                 found.append(DeviceCopy(call, copy.target, device.value if device is not None else None))
             elif copy is None and device is not None:
-                place = self._device_copy_place(device.value)
+                place = self.device_copy_place(device.value)
                 if place is not None:
                     found.append(DeviceCopy(call, place, device.value))
         return found
 
-    def _device_copy_place(self, device: cst.BaseExpression) -> Place | None:
+    def device_copy_place(self, device: cst.BaseExpression) -> Place | None:
         """Where `.to(device)` copies to, for a `device` the value kinds cannot tell from a
         dtype: a name the training analysis follows to device strings (`DEVICE = get_device()`,
         a project function returning `"cuda"` or `"cpu"`), or an attribute named like a device
