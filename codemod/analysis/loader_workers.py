@@ -108,7 +108,7 @@ class LoaderWorkers:
         for handoff in loaders.handoffs:
             loader, use = handoff.loader, handoff.use
             key = (id(loader), id(handoff.factory))
-            if key in seen or id(loader) in feeds or not use.trains or handoff.returned:
+            if key in seen or id(loader) in feeds or not use.trains:
                 continue
             seen.add(key)
             here = loaders.is_construction_here(loader)

@@ -140,12 +140,11 @@ class Handoff:
     batches to a device."""
 
     loader: cst.Call  # the construction (here, or in the factory's module)
-    call: cst.Call | cst.Return  # the call of this file that passes it (the `return` that gives it)
-    function: Function  # the project function called (the function that calls this file's)
-    param: cst.Param | None  # the parameter of `function` it is passed to
+    call: cst.Call  # the call of this file that passes it
+    function: Function  # the project function called
+    param: cst.Param  # the parameter of `function` it is passed to
     use: BatchUse  # where its batches are copied
     factory: cst.Call | None = None  # the call of this file to the project factory that built it, if not here
-    returned: bool = False  # returned to callers elsewhere: `call` is the `return`, `param` None
 
 
 @dataclass(frozen=True)
@@ -171,9 +170,20 @@ class Returned:
 
     @property
     def kept_on_host(self) -> Caller | None:
-        """The first caller whose batches perfmod does not see copied to a device: a loop
-        there that copies none, or no loop of them that perfmod can follow."""
-        return next((c for c in self.callers if c.host is not None or c.use is None or c.use.copy is None), None)
+        """The first caller with a loop over the batches that copies none of them to a device
+        (a caller whose use of them perfmod cannot follow is not one)."""
+        return next((c for c in self.callers if c.host is not None), None)
+
+    @property
+    def copier(self) -> Caller | None:
+        """The first caller that copies the batches to a device, a training one first."""
+        copying = [c for c in self.callers if c.use is not None and c.use.copy is not None]
+        return next((c for c in copying if c.use.trains), copying[0] if copying else None)
+
+    @property
+    def copied_to_cuda(self) -> bool:
+        """Do the copies of every caller that copies the batches provably go to CUDA?"""
+        return all(c.use.cuda for c in self.callers if c.use is not None and c.use.copy is not None)
 
     @property
     def trainer(self) -> Caller | None:
@@ -189,17 +199,6 @@ class Returned:
     def guarded(self) -> bool:
         """Does every call run only when its module runs as a script (spawned workers import it)?"""
         return all(c.guarded for c in self.callers)
-
-    def handoff(self) -> Handoff | None:
-        """The loader as a Handoff, when every caller copies its batches to a device: where
-        the first (a training one first) copies them, CUDA when every caller's copies go there."""
-        if not self.callers or self.kept_on_host is not None:
-            return None
-        first = self.trainer or self.callers[0]
-        use = first.use
-        cuda = all(c.use.cuda for c in self.callers)
-        combined = BatchUse(use.copy, use.loop, use.trains, cuda, self.dataset_change)
-        return Handoff(self.loader, self.exit, first.function, None, combined, returned=True)
 
 
 @dataclass(frozen=True)
@@ -325,6 +324,19 @@ class Loaders:
             assigned = isinstance(statement, cst.Assign) and statement.value is call and len(statement.targets) == 1
             for loader in self.sources(call.args[0].value, (), 0):
                 found.append(Feed(loader, loop, statement.targets[0].target if assigned else call, call))
+        return found
+
+    @functools.cached_property
+    def host_loops(self) -> list[Feed]:
+        """The `for` loops over a loader that `feeds` leaves out: they neither train nor copy
+        anything to a device, so their batches stay on the host. Asked only of the modules
+        that call a function of another module that returns its loader."""
+        found = []
+        for loop in self.index.find(cst.For):
+            if self._may_use_batches(loop):
+                continue
+            for iterable, target in self.iterated(loop.iter, loop.target):
+                found.extend(Feed(loader, loop, target) for loader in self.sources(iterable, (), 0))
         return found
 
     def _may_use_batches(self, loop: cst.CSTNode) -> bool:
@@ -787,20 +799,6 @@ class Loaders:
 
     @functools.cached_property
     def handoffs(self) -> list[Handoff]:
-        """The loaders this file builds, or gets from a project factory, and hands to another
-        module of the project that copies their batches to a device: passed to a function of
-        it (`passed_on`), or returned by a function of this file to callers in the other modules
-        of its package, every one of which copies them (`returned`: one handoff per loader,
-        whose `call` is the `return` that gives it)."""
-        found = list(self.passed_on)
-        for returned in self.returned.values():
-            handoff = returned.handoff()
-            if handoff is not None:
-                found.append(handoff)
-        return found
-
-    @functools.cached_property
-    def passed_on(self) -> list[Handoff]:
         """The loaders this file builds, or gets from a project factory, and passes to a function
         of another module of the project that copies their batches to a device."""
         project = project_of(self.context)
@@ -932,9 +930,10 @@ class Loaders:
 
     def pinned_where_built(self, loader: cst.Call) -> bool:
         """Is `loader`, a construction of this file, returned to callers in other modules of
-        the package every one of which copies its batches to a device: its pin_memory is decided here."""
+        the package one of which copies its batches to a device: its pin_memory is decided
+        (fixed, or reported) here."""
         returned = self.returned.get(id(loader))
-        return returned is not None and returned.handoff() is not None
+        return returned is not None and returned.copier is not None
 
     def _made_and_returned(self, function: cst.FunctionDef) -> list[tuple[cst.Call, tuple[int, ...], cst.Return]]:
         """(construction, where in the returned tuple, the `return`) for each DataLoader of
@@ -966,7 +965,7 @@ class Loaders:
         name, caller_function = _calling_function(module, call, function)
         site = Site(name, module.path, context.line(call), context.source(call.func))
         use, host = self._feeds_use(module, call, mirror, name)
-        for handoff in context.loaders.passed_on:
+        for handoff in context.loaders.handoffs:
             if handoff.loader is mirror and handoff.factory is call and _outranks(handoff.use.trains, use):
                 use = handoff.use
         change = self._dataset_changed_near(module, call, mirror)
@@ -1008,6 +1007,9 @@ class Loaders:
                 text = context.source(first)
                 copy = Site(name, module.path, context.line(first), text if len(text) <= 80 else "")
                 use = BatchUse(copy, loop, trains, all(c.place is Place.CUDA for c in copies), None)
+        for feed in loaders.host_loops:
+            if host is None and feed.loader is mirror and loaders.factory_call_of(feed) is call:
+                host = Site(name, module.path, context.line(feed.loop))
         return use, host
 
     @staticmethod
@@ -1062,14 +1064,23 @@ class Loaders:
             device = kwarg(call, "device") or positional(call, 0)
             if copy is not None and copy.moves_device and copy.target is not Place.HOST:
                 found.append(DeviceCopy(call, copy.target, device.value if device is not None else None))
-            elif (
-                copy is None
-                and device is not None
-                and isinstance(device.value, cst.Attribute)
-                and DEVICE_NAME.match(device.value.attr.value)
-            ):
-                found.append(DeviceCopy(call, Place.UNKNOWN, device.value))  # `cfg.train_device`: named like a device
+            elif copy is None and device is not None:
+                place = self.device_copy_place(device.value)
+                if place is not None:
+                    found.append(DeviceCopy(call, place, device.value))
         return found
+
+    def device_copy_place(self, device: cst.BaseExpression) -> Place | None:
+        """Where `.to(device)` copies to, for a `device` the value kinds cannot tell from a
+        dtype: a name the training analysis follows to device strings (`DEVICE = get_device()`,
+        a project function returning `"cuda"` or `"cpu"`), or an attribute named like a device
+        (`cfg.train_device`); None when it is not a copy to an accelerator."""
+        types = self.context.training.device_types(device)
+        if types:
+            return None if types == {"cpu"} else Place.CUDA if types == {"cuda"} else Place.UNKNOWN
+        if isinstance(device, cst.Attribute) and DEVICE_NAME.match(device.attr.value):
+            return Place.UNKNOWN
+        return None
 
     def _copies_in_callee(self, call: cst.Call, bound: frozenset, region: cst.CSTNode, depth: int) -> list[DeviceCopy]:
         """The copies a function or method of this file makes of the parameters `call`
@@ -1110,8 +1121,9 @@ class Loaders:
         if isinstance(expr, (cst.Tuple, cst.List)):
             return [root for element in expr.elements for root in self._roots(element.value)]
         if isinstance(expr, cst.Call):
-            if method_name(expr) in ("items", "values"):
-                return self._roots(expr.func.value)
+            copy = self.kinds.copy_of(expr)
+            if method_name(expr) in ("items", "values") or (copy is not None and not copy.moves_device):
+                return self._roots(expr.func.value)  # the batch's values, or its data in another dtype
             if self.names.is_(expr.func, *ZIP, *ENUMERATE, "list", "builtins.list", "tuple", "builtins.tuple"):
                 return [root for arg in expr.args for root in self._roots(arg.value)]
             return self._roots_through_call(expr)

@@ -5,7 +5,7 @@ import libcst as cst
 from codemod.analysis.loaders import ENUMERATE, PIN_MEMORY_POSITION
 from codemod.analysis.names import kwarg, method_name, positional
 from codemod.analysis.sizes import MIN_COPY_BYTES, sizes_of, small_copy
-from codemod.analysis.values import DEVICE_NAME, PASS_THROUGH_ITERABLES, Place
+from codemod.analysis.values import PASS_THROUGH_ITERABLES, Place
 from codemod.edits import Remove, Replace
 from codemod.rule import Invalid, Level, Rule, Valid
 
@@ -478,10 +478,7 @@ class BatchCopiedInTheStep(Rule):
         copy = self.context.kinds.copy_of(call)
         if copy is not None:
             return device.value if copy.moves_device else None
-        named = (
-            device.value.attr.value if isinstance(device.value, cst.Attribute) else getattr(device.value, "value", "")
-        )
-        return device.value if isinstance(named, str) and DEVICE_NAME.match(named) else None
+        return device.value if self.context.loaders.device_copy_place(device.value) is not None else None
 
     def _mentions(self, node: cst.CSTNode, names: set[str]) -> bool:
         """Does `node` read or bind one of `names` (not as an attribute or keyword name)?"""

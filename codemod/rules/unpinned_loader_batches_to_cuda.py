@@ -4,9 +4,9 @@ from dataclasses import dataclass, field
 
 import libcst as cst
 
-from codemod.analysis.loaders import PIN_MEMORY_POSITION
+from codemod.analysis.loaders import PIN_MEMORY_POSITION, Returned
 from codemod.analysis.names import has_star_kwargs, kwarg, positional, string_quote_at
-from codemod.analysis.project import project_of
+from codemod.analysis.project import Function, Site, project_of
 from codemod.analysis.sizes import sizes_of
 from codemod.analysis.values import Place
 from codemod.edits import AddKeyword
@@ -37,9 +37,13 @@ class UnpinnedLoaderToCuda(Rule):
     return the loader) and that do not pass `pin_memory`, and adds it.
 
     A loader that a function of a module returns (`def make_loaders(cfg): ...
-    return train, val`) is pinned in that module, where it is built, when every
+    return train, val`) is pinned in that module, where it is built, when a
     module of the package that calls the function copies its batches to a
-    device; the files that call it then say nothing of it. Otherwise, a loader
+    device (in its loop, through a generator that yields them, or in a
+    function it hands the loader to); when another caller loops over the
+    batches without copying any to a device, it is reported there instead,
+    naming that caller: pinning would only cost it a copy. The files that call
+    it then say nothing of it. Otherwise (a file of another package), a loader
     built by a function of another module whose batches this file copies is
     reported at that call, with the file and line of the DataLoader to change:
     perfmod does not edit another file. So is a loader (built here, or by such a factory) that
@@ -359,6 +363,8 @@ class UnpinnedLoaderToCuda(Rule):
             found = feeds.get(id(loader))
             if found is not None and found.places:
                 self._check(loader, found)
+            elif loaders.pinned_where_built(loader):
+                self._check_returned(loaders.returned[id(loader)])
         for loader, function, call in loaders.external.values():
             found = feeds.get(id(loader))
             if found is not None and found.places:
@@ -367,10 +373,37 @@ class UnpinnedLoaderToCuda(Rule):
         for handoff in loaders.handoffs:
             found = feeds.get(id(handoff.loader))
             key = (id(handoff.loader), id(handoff.factory))
-            if key in seen or (found is not None and found.places):
-                continue  # reported above, where this file copies its batches
+            if key in seen or (found is not None and found.places) or loaders.pinned_where_built(handoff.loader):
+                continue  # reported above, where this file copies its batches or returns the loader
             seen.add(key)
             self._check_handed_off(handoff)
+
+    def _check_returned(self, returned: Returned) -> None:
+        """A DataLoader of this file that a function of it returns to the other modules of its
+        package, one of which copies its batches to the GPU: fixed here, where it is built,
+        unless another caller keeps its batches on the host (pinning would cost it a copy)."""
+        project, copier = project_of(self.context), returned.copier
+        message = (
+            f"this DataLoader, returned on line {self.context.line(returned.exit)} to "
+            f"{project.shown_site(copier.call)}, has no pin_memory; its batches are copied to the GPU from pageable "
+            f"memory by {self._copier(copier.use.copy, copier.function)}"
+        )
+        host = returned.kept_on_host
+        kept = (
+            None
+            if host is None
+            else f"`{host.function.qualified}` ({project.shown_site(host.call)}) takes its batches too and copies "
+            f"none of them to a device in its loop on line {host.host.line}, where pinning would only cost a copy"
+        )
+        feed = _Feeds(places=[Place.CUDA if returned.copied_to_cuda else Place.UNKNOWN], devices=[None])
+        self._check(returned.loader, feed, message, kept)
+
+    def _copier(self, copy: Site, function: Function) -> str:
+        """`name` (path:line[, reached through `function`]) of a copy made in another module."""
+        where = project_of(self.context).shown_site(copy)
+        if copy.function != function.node.name.value:
+            return f"`{copy.function}` ({where}, reached through `{function.qualified}`)"
+        return f"`{function.qualified}` ({where})"
 
     def _check_handed_off(self, handoff) -> None:
         """A DataLoader (built here, or by a factory of another module) that this file passes
@@ -381,14 +414,7 @@ class UnpinnedLoaderToCuda(Rule):
         at the factory call for a loader of another module, not fixed."""
         loaders, project = self.context.loaders, project_of(self.context)
         loader, use = handoff.loader, handoff.use
-        copy = use.copy
-        where = project.shown_site(copy)
-        copier = (
-            f"`{copy.function}` ({where}, reached through `{handoff.function.qualified}`)"
-            if copy.function != handoff.function.node.name.value
-            else f"`{handoff.function.qualified}` ({where})"
-        )
-        copied = f"its batches are copied to the GPU from pageable memory by {copier}"
+        copied = f"its batches are copied to the GPU from pageable memory by {self._copier(use.copy, handoff.function)}"
         external = loaders.external.get(id(loader))
         if not loaders.is_construction_here(loader):
             if external is None:
@@ -437,7 +463,8 @@ class UnpinnedLoaderToCuda(Rule):
 
     # -- the decision ------------------------------------------------------------------------
 
-    def _check(self, loader: cst.Call, feed: _Feeds, message: str | None = None) -> None:
+    def _check(self, loader: cst.Call, feed: _Feeds, message: str | None = None, kept: str | None = None) -> None:
+        """`kept`: why pinning would cost another user of the batches (reported, not fixed)."""
         loaders = self.context.loaders
         if kwarg(loader, "pin_memory") is not None:
             return
@@ -451,6 +478,9 @@ class UnpinnedLoaderToCuda(Rule):
         if message is None:
             line = self.context.line(feed.copies[0])
             message = f"this DataLoader's batches are copied to the GPU from pageable memory (line {line})"
+        if kept is not None:
+            self.report(loader, f"{message}; not pinned: {kept}")
+            return
         if has_star_kwargs(loader):
             self._fix_through_kwargs(loader, feed, message)
             return

@@ -531,17 +531,16 @@ def test_a_subscripted_generic_dataloader_is_a_construction():
     assert all(loaders.is_torch_loader(call) for call in loaders.constructions)
 
 
-def test_a_loader_from_a_factory_handed_to_a_function_that_copies_its_batches_is_reported(tmp_path):
+def test_a_loader_from_a_factory_handed_to_a_function_that_copies_its_batches_is_decided_where_built(tmp_path):
     path = _handoff_project(tmp_path)
     result = _check(path, "PM102", "PM201")
-    call = _line_of(path, "train_loader, _n = make_loader(64, 8)")
-    assert sorted((f.code, f.line, f.fixable) for f in result.findings) == [("PM102", call, False)]
-    (pm102,) = result.findings
-    assert "`pkg.data.make_loader` (pkg/data.py:7) has no pin_memory" in pm102.message
-    assert "`_optimize` (pkg/train_lib.py:11, reached through `pkg.train_lib.run`)" in pm102.message
-    assert not result.changed
-    # Its workers are decided where it is built, which sees the training loop among its callers':
-    # a TensorDataset, left without workers.
+    assert result.findings == [] and not result.changed
+    # Its pin_memory and workers are decided where it is built, which sees the copies and the
+    # training loop among its callers' (the other loader of the factory is never iterated):
+    # pinned; a TensorDataset, left without workers.
+    (pm102,) = _check(path.parent / "data.py", "PM102").findings
+    assert pm102.applied and f"returned on line 8 to pkg/main.py:{_line_of(path, '_n = make_loader')}" in pm102.message
+    assert "`_optimize` (pkg/train_lib.py:11, reached through `pkg.main.main`)" in pm102.message
     (pm201,) = _check(path.parent / "data.py", "PM201").findings
     assert "training loop of `_optimize` (pkg/train_lib.py:9, reached through `pkg.main.main`)" in pm201.message
     assert not pm201.fixable and "only indexes tensors" in pm201.message

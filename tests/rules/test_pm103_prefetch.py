@@ -178,3 +178,44 @@ def pm103_messages(source: str) -> list[str]:
 def test_a_loop_whose_copies_are_not_rewritten_gives_the_reason_it_was_refused_with(collate, loop, reason):
     (message,) = pm103_messages(REASONS_HEAD.replace("COLLATE", collate) + loop + REASONS_STEP)
     assert reason in message, message
+
+
+# The device is an attribute not spelled like one, given by the script (as the DDP tutorial's
+# `self.gpu_id`): the shared analysis follows it to device values, so the copies are the
+# batch's, and prefetched.
+GPU_ID = """\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+
+class Trainer:
+    def __init__(self, model, loader, gpu_id):
+        self.gpu_id = gpu_id
+        self.model = model.to(gpu_id)
+        self.loader = loader
+        self.opt = torch.optim.SGD(self.model.parameters(), lr=0.1)
+
+    def train(self, epochs):
+        for epoch in range(epochs):
+            for x, y in self.loader:
+                x = x.to(self.gpu_id)
+                y = y.to(self.gpu_id)
+                loss = torch.nn.functional.mse_loss(self.model(x), y)
+                self.opt.zero_grad()
+                loss.backward()
+                self.opt.step()
+                print(f"loss {loss.item()}")
+
+
+torch.manual_seed(0)
+data = TensorDataset(torch.randn(2048, 1024), torch.randn(2048, 1))
+loader = DataLoader(data, batch_size=512, pin_memory=torch.cuda.is_available())
+Trainer(torch.nn.Linear(1024, 1), loader, 0 if torch.cuda.is_available() else "cpu").train(2)
+"""
+
+
+def test_copies_to_a_device_attribute_the_analysis_follows_are_prefetched_and_train_the_same():
+    new, codes = rewrite_unsafe(GPU_ID, [BatchCopiedInTheStep])
+    assert codes == ["PM103"] and "for x, y in DevicePrefetcher(self.loader, self.gpu_id):" in new
+    before, after = losses(GPU_ID), losses(new)
+    assert len(before) == 8 and torch.equal(after, before)
