@@ -921,6 +921,12 @@ class Sizes:
         classdef = self.kinds.local_class(call.func) if isinstance(call.func, cst.Name) else None
         if classdef is not None:
             return self._class_items(classdef, call, depth)
+        found = project_of(self.context).class_of(call.func)
+        if found is not None:
+            # Read in its own module, where what `call` passes is not seen: items that depend
+            # on the construction's arguments stay unsized.
+            context, classdef = found
+            return sizes_of(context)._class_items(classdef, None, depth)
         names = self.names.of(call.func)
         if names & TENSOR_ROW_DATASETS:
             if any(a.keyword is not None or a.star for a in call.args) or not call.args:
@@ -942,11 +948,12 @@ class Sizes:
             return None
         return [(((0,), (shape[0], FLOAT32_BYTES)), ((1,), ((), INDEX_BYTES)))]
 
-    def _class_items(self, classdef: cst.ClassDef, call: cst.Call, depth: int) -> list[Item] | None:
+    def _class_items(self, classdef: cst.ClassDef, call: cst.Call | None, depth: int) -> list[Item] | None:
         """A map-style Dataset class of this file built by `call`: the items its
         `__getitem__(self, i)` returns (a tensor, or a tuple, list or dict of them as the
         default collation stacks them), its `__init__`'s parameters holding what `call`
-        passes and `i` a Python integer."""
+        passes (what the module's own constructions pass, where `call` is in another module
+        and given as None) and `i` a Python integer."""
         if not classdef.bases or not all(
             self.names.is_(base.value, "torch.utils.data.Dataset", "torch.utils.data.dataset.Dataset")
             for base in classdef.bases
@@ -983,8 +990,42 @@ class Sizes:
             ]
             found = [self._collated(part, at, depth + 1) for part, at in zip(parts, inner)]
             return None if any(f is None for f in found) else tuple(t for f in found for t in f)
+        element = self._comprehension_element(value, depth)
+        if element is not None:
+            return self._collated(element, where, depth + 1)
         shape = self.tensor(value, depth + 1)
         return ((where, shape),) if shape is not None else None
+
+    def _comprehension_element(self, value: cst.BaseExpression, depth: int) -> cst.BaseExpression | None:
+        """For `items[i]`, one element of a list built by a comprehension (`self.data = [(x, y)
+        for ...]`): the expression every element is made by; None for anything else, or a
+        list a method may grow."""
+        if not (isinstance(value, cst.Subscript) and len(value.slice) == 1):
+            return None
+        if not isinstance(value.slice[0].slice, cst.Index):
+            return None
+        made = self.values(value.value, depth + 1)
+        if not made or len(made) != 1 or not isinstance(made[0], cst.ListComp):
+            return None
+        held = value.value
+        if (
+            isinstance(held, cst.Name)
+            and self._grown(held)
+            or isinstance(held, cst.Attribute)
+            and self._attribute_grown(held)
+        ):
+            return None
+        return made[0].elt
+
+    def _attribute_grown(self, attribute: cst.Attribute) -> bool:
+        """Is a method that changes a list's length called on an attribute of this name,
+        of any object, anywhere in the file (`self.data.append(x)`)?"""
+        name = attribute.attr.value
+        return any(
+            isinstance(resized.value, cst.Attribute) and resized.value.attr.value == name
+            for resized in self.index.find(cst.Attribute)
+            if resized.attr.value in LIST_RESIZERS
+        )
 
     def _is_item_index(self, expr: cst.BaseExpression) -> bool:
         if not self._indices or not isinstance(expr, cst.Name):

@@ -700,6 +700,48 @@ def test_a_dataset_class_of_the_file_is_sized_by_what_its_getitem_returns(item, 
     assert sizes_of(ctx).loader_batch_bytes(loader) == size
 
 
+PAIRS = """\
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+
+class PairDataset(Dataset):
+    def __init__(self, size):
+        self.size = size
+        self.data = [(torch.rand(20), torch.rand(1)) for _ in range(size)]
+
+    def __len__(self):
+        return self.size
+
+    def __getitem__(self, index):
+        return self.data[index]
+GROWN
+"""
+LOADER = "loader = DataLoader(PairDataset(2048), batch_size=32)\n"
+
+
+def test_an_item_of_a_list_a_comprehension_builds_is_sized_unless_a_method_grows_the_list():
+    # the DDP tutorial's MyTrainDataset: 32 items of 20 + 1 float32
+    ctx = context(PAIRS.replace("GROWN", "") + "\n" + LOADER)
+    assert sizes_of(ctx).loader_batch_bytes(ctx.module.body[-1].body[0].value) == 32 * 21 * 4
+    grown = "\n    def add(self, x):\n        self.data.append((x, x))\n"
+    ctx = context(PAIRS.replace("GROWN", grown) + "\n" + LOADER)
+    assert sizes_of(ctx).loader_batch_bytes(ctx.module.body[-1].body[0].value) is None
+
+
+def test_a_dataset_class_of_another_module_of_the_project_is_sized_where_it_is_defined(tmp_path):
+    (tmp_path / "pyproject.toml").write_text("[project]\nname = 'demo'\n")
+    (tmp_path / "datautils.py").write_text(PAIRS.replace("GROWN", ""))
+    code = "from torch.utils.data import DataLoader\nfrom datautils import PairDataset\n" + LOADER
+    (tmp_path / "train.py").write_text(code)
+    ctx = FileContext.of_source(code, str(tmp_path / "train.py"), Settings(root=tmp_path))
+    assert sizes_of(ctx).loader_batch_bytes(ctx.module.body[-1].body[0].value) == 32 * 21 * 4
+    # an item that depends on what the construction passes is not seen from the other module
+    (tmp_path / "datautils.py").write_text(PAIRS.replace("GROWN", "").replace("torch.rand(20)", "torch.rand(size)"))
+    ctx = FileContext.of_source(code, str(tmp_path / "train.py"), Settings(root=tmp_path))
+    assert sizes_of(ctx).loader_batch_bytes(ctx.module.body[-1].body[0].value) is None
+
+
 def test_an_embedding_bag_and_the_length_of_a_list_literal_are_sized():
     ctx = context(
         'import torch.nn as nn\nVOCAB = ["good", "bad", "fine"]\n'
