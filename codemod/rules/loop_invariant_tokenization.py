@@ -6,7 +6,7 @@ from functools import partial
 import libcst as cst
 
 from codemod.analysis.call_writes import call_writes
-from codemod.analysis.corpus import Pretokenize, TextTable, corpus
+from codemod.analysis.corpus import PaddedTable, Pretokenize, TextTable, corpus
 from codemod.analysis.loop_edits import in_front_of, moved_line
 from codemod.analysis.names import kwarg, method_name
 from codemod.analysis.periodic import periodic
@@ -566,6 +566,10 @@ class LoopInvariantTokenization(Rule):
             if isinstance(table, TextTable):
                 self._fix_text_table(call, table)
                 continue
+            padded = corpus(self.context).padded_table(call, loop) if varies is not None else None
+            if isinstance(padded, PaddedTable):
+                self._fix_padded_table(call, padded)
+                continue
             if varies is not None:
                 if corpus(self.context).tokenizes_step_text(call, loop):
                     # Text the step makes (what the model generated, a prompt formatted from the
@@ -579,6 +583,13 @@ class LoopInvariantTokenization(Rule):
                     )
                     continue
                 if self._report_known_tokenizer(call, loop):
+                    continue
+                if isinstance(padded, str):
+                    self.report(
+                        call,
+                        f"`{spelled}` tokenizes texts of a corpus again on every training step, together, padded to "
+                        f"the longest of the step; not pretokenized before the loop, as {padded}",
+                    )
                     continue
                 changed = call_writes(self.context).changes(call)
                 if changed is not None:  # ids that depend on what was encoded before: none to compute ahead
@@ -669,6 +680,27 @@ class LoopInvariantTokenization(Rule):
                 *(Remove(line) for line in plan.before),
                 Replace(plan.statement.body[0].value, entry),
             ],
+            level=Level.UNSAFE,
+        )
+
+    def _fix_padded_table(self, call: cst.Call, plan: PaddedTable) -> None:
+        """Each text of the corpus tokenized once, unpadded, before the loop, into a table (per
+        item of the contexts), and the step's rows padded by the tokenizer's `pad`."""
+        for line in (*plan.before, plan.texts_line):
+            if line is not None:
+                self._reported.update(id(inner) for inner in self._index.find(cst.Call, within=line))
+        renamed = {old: new if new == plan.corpus.value else self._fresh_name(new) for old, new in plan.renamed.items()}
+        plan = replace(plan, renamed=renamed)
+        name = self._fresh_name(f"{plan.corpus.value}_ids_by_text")
+        lines, padded = corpus(self.context).padded_rewrite(plan, name)
+        removed = [*plan.before, *([plan.texts_line] if plan.texts_line is not None else [])]
+        self.report(
+            call,
+            f"`{self.context.source(call.func)}` tokenizes texts of `{plan.corpus.value}`, a list that does not "
+            f"change, again on every training step, padded to the longest of the step; each text of the corpus "
+            f"is tokenized once before the loop, unpadded (`{name}`){_per_item(plan)} and the step pads its rows "
+            f"with the tokenizer's own `pad`, which pads them as the call did",
+            edits=[InsertBefore(plan.region, tuple(lines)), *(Remove(line) for line in removed), Replace(call, padded)],
             level=Level.UNSAFE,
         )
 
@@ -766,7 +798,7 @@ class LoopInvariantTokenization(Rule):
         return code if len(code) <= 60 else code[:57] + "..."
 
 
-def _per_item(plan: Pretokenize | TextTable) -> str:
+def _per_item(plan: Pretokenize | TextTable | PaddedTable) -> str:
     """How the message says the table is made once for each context of the step."""
     if plan.items is None:
         return ""
