@@ -926,7 +926,8 @@ class Corpus:
         fill = cst.SimpleStatementLine([cst.Assign([cst.AssignTarget(table)], every_text)])
         block = [*(line.deep_clone() for line in plan.before), fill]
         replayed = [_renamed(top.deep_clone(), plan.renamed) for top in plan.replayed]
-        start = cst.SimpleStatementLine([cst.Assign([cst.AssignTarget(cst.Name(name))], cst.Dict([]))])
+        # an empty table first where the table is filled per item or under an `if`
+        start = [cst.SimpleStatementLine([cst.Assign([cst.AssignTarget(cst.Name(name))], cst.Dict([]))])]
         row = cst.Subscript(table, [cst.SubscriptElement(cst.Index(text))])
         rows = cst.ListComp(row, cst.CompFor(target=text, iter=plan.comp.for_in.iter))
         padded = cst.Call(
@@ -936,7 +937,7 @@ class Corpus:
                 *_keywords(plan.padding),
             ],
         )
-        return [*replayed, start, *self._nested(block, plan.nesting)], padded
+        return [*replayed, *(start if plan.nesting else []), *self._nested(block, plan.nesting)], padded
 
     def not_pretokenized(self, call: cst.Call, loop: cst.CSTNode) -> list[str]:
         """What keeps the texts of a corpus that `call`, a known tokenizer's call of the step
