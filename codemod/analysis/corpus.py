@@ -123,7 +123,9 @@ class PaddedTable:
 
     call: cst.Call
     receiver: cst.BaseExpression  # the tokenizer
-    comp: cst.ListComp  # `[f"{t}{suffix}" for t in batch]`: what is tokenized of each text
+    element: cst.BaseExpression  # `f"{t}{suffix}"`: what is tokenized of each text `variable`
+    variable: cst.Name  # `t`
+    texts: cst.Name  # `batch`: the step's texts, picked from the corpus
     texts_line: cst.SimpleStatementLine | None  # `with_suffix = [...]`, when the call reads it by name
     before: list[cst.SimpleStatementLine]  # `suffix = ...`: the step's values the texts are made with
     per_text: list[cst.Arg]  # the keywords that tokenize each text
@@ -773,44 +775,53 @@ class Corpus:
             return None
         if receiver is not call.func or len(positional) != 1 or positional[0].star:
             return None
-        texts = self._texts_comp(positional[0].value, loop)
-        if texts is None:
-            return None
-        comp, texts_line = texts
-        if not _one_for(comp) or not self._tokenizers.from_corpus(comp.for_in.iter, loop):
-            return None
+        given = positional[0].value
+        picked = self._picked_chain(given, loop) if isinstance(given, cst.Name) else None
+        if isinstance(picked, tuple) and not picked[0]:
+            # the texts the step picks themselves (`batch = [docs[i] for i in idx]`), each tokenized as it is
+            taken = {n.value for part in call_parts(call) for n in names_read(part)}
+            variable = cst.Name(next(n for n in ("text", "text_", "text__") if n not in taken))
+            element, texts, comp, texts_line = variable, given, None, None
+        else:
+            found = self._texts_comp(given, loop)
+            if found is None:
+                return None
+            comp, texts_line = found
+            if not _one_for(comp) or not self._tokenizers.from_corpus(comp.for_in.iter, loop):
+                return None
+            element, variable, texts = comp.elt, comp.for_in.target, comp.for_in.iter
         if self._tokenizers.library(receiver) not in TOKENIZER_PAD_LIBRARIES:
             return (
                 f"`{self.context.source(receiver)}` is not known to be a Hugging Face tokenizer, whose `pad` pads "
                 "texts tokenized one by one as its call pads them together"
             )
-        if texts_line is None and isinstance(positional[0].value, cst.Name):
-            return f"`{positional[0].value.value}`, the list of texts, is used elsewhere too"
+        if comp is not None and texts_line is None and isinstance(given, cst.Name):
+            return f"`{given.value}`, the list of texts, is used elsewhere too"
         problem = self._padding_problem(call, loop)
         if problem is not None:
             return problem
         line = self._index.first_enclosing(call, cst.SimpleStatementLine)
-        before = self._made_with(comp, line, texts_line, loop)
+        before = self._made_with(element, variable, [comp, texts_line], line, loop)
         if isinstance(before, str):
             return before
         nesting = self._nesting(line, f"`{_short(self.context, call)}`", call, loop)
         if isinstance(nesting, str):
             return nesting
         items = next((node for node in nesting if isinstance(node, cst.For)), None)
-        chain = self._picked_chain(comp.for_in.iter, loop)
+        chain = self._picked_chain(texts, loop)
         if isinstance(chain, str):
             return chain
         replayed, renamed, corpus, chain_assigns, picks = chain
-        problem = self._picked_changed(comp.for_in.iter, line, renamed, picks, loop)
+        problem = self._picked_changed(texts, line, renamed, picks, loop)
         if problem is not None:
             return problem
         if not self.context.kinds.in_memory_list(corpus):
             return f"perfmod cannot tell that `{corpus.value}` is a list held in memory"
         per_text = [arg for arg in call.args if arg.keyword and arg.keyword.value in TOKENIZER_PER_TEXT_OPTIONS]
         pads = [arg for arg in call.args if arg.keyword and arg.keyword.value in TOKENIZER_PAD_OPTIONS]
-        exprs = [comp.elt, receiver, *(arg.value for arg in call.args[1:])]
+        exprs = [element, receiver, *(arg.value for arg in call.args[1:])]
         exprs += [statement.body[0].value for statement in before]
-        bound = {comp.for_in.target.value, *(_assigned_name(statement).value for statement in before)}
+        bound = {variable.value, *(_assigned_name(statement).value for statement in before)}
         region = self._widest_region(
             loop,
             partial(self.encoder_impurity, call),
@@ -820,7 +831,21 @@ class Corpus:
         if isinstance(region, str):
             return region
         return PaddedTable(
-            call, receiver, comp, texts_line, before, per_text, pads, replayed, renamed, nesting, items, corpus, region
+            call,
+            receiver,
+            element,
+            variable,
+            texts,
+            texts_line,
+            before,
+            per_text,
+            pads,
+            replayed,
+            renamed,
+            nesting,
+            items,
+            corpus,
+            region,
         )
 
     def _texts_comp(self, texts: cst.BaseExpression, loop: cst.CSTNode):
@@ -875,13 +900,14 @@ class Corpus:
                 return f"`{field}` of the tokenizer's result is read (line {self.context.line(use)}), which `pad` does not give"
         return None
 
-    def _made_with(self, comp: cst.ListComp, line, texts_line, loop: cst.CSTNode):
-        """The lines of the step, in the block of `line` and before it, that bind the names the
-        texts of `comp` are made with (`suffix = ...` for `f"{t}{suffix}"`), in order, each a
-        plain assignment bound once in the step and read only there; the reason otherwise."""
+    def _made_with(self, element, variable: cst.Name, makers, line, loop: cst.CSTNode):
+        """The lines of the step, in the block of `line` and before it, that bind the names
+        `element` makes each text `variable` with (`suffix = ...` for `f"{t}{suffix}"`), in
+        order, each a plain assignment bound once in the step and read only there or in
+        `makers` (the comprehension of the texts and its line); the reason otherwise."""
         block = self.context.parents.get(line)
         found: dict[int, cst.SimpleStatementLine] = {}
-        todo = [n for n in names_read(comp.elt) if n.value != comp.for_in.target.value]
+        todo = [n for n in names_read(element) if n.value != variable.value]
         while todo:
             name = todo.pop()
             inside = [b for b in self.context.kinds.reaching(name) if self.context.inside(b.node, loop)]
@@ -898,7 +924,7 @@ class Corpus:
             if id(statement) not in found:
                 found[id(statement)] = statement
                 todo += names_read(statement.body[0].value)
-        kept = [*found.values(), *([texts_line] if texts_line is not None else []), comp]
+        kept = [*found.values(), *(maker for maker in makers if maker is not None)]
         function = self._index.first_enclosing(loop, cst.FunctionDef) or self.context.module
         for statement in found.values():
             bound = _assigned_name(statement).value
@@ -912,16 +938,16 @@ class Corpus:
         make its texts, replayed over the corpus, and the table of each text's unpadded ids
         (`name = {text: tok(<text>, padding=False, ...)["input_ids"] for text in docs}`, per
         item); and the call that pads the step's rows instead of tokenizing its texts."""
-        text = plan.comp.for_in.target
+        text = plan.variable
         table: cst.BaseExpression = cst.Name(name)
         if plan.items is not None:
             table = cst.Subscript(
                 table, [cst.SubscriptElement(cst.Index(cst.Call(cst.Name("id"), [cst.Arg(plan.items.target)])))]
             )
-        unpadded = plan.call.with_changes(args=[cst.Arg(plan.comp.elt), *_keywords([*plan.per_text, _UNPADDED])])
+        unpadded = plan.call.with_changes(args=[cst.Arg(plan.element), *_keywords([*plan.per_text, _UNPADDED])])
         ids_key = cst.SimpleString(f'"{TOKENIZER_IDS}"')
         ids = cst.Subscript(unpadded, [cst.SubscriptElement(cst.Index(ids_key))])
-        texts = cst.Name(plan.renamed.get(plan.comp.for_in.iter.value, plan.comp.for_in.iter.value))
+        texts = cst.Name(plan.renamed.get(plan.texts.value, plan.texts.value))
         every_text = cst.DictComp(text, ids, cst.CompFor(target=text, iter=texts))
         fill = cst.SimpleStatementLine([cst.Assign([cst.AssignTarget(table)], every_text)])
         block = [*(line.deep_clone() for line in plan.before), fill]
@@ -929,7 +955,7 @@ class Corpus:
         # an empty table first where the table is filled per item or under an `if`
         start = [cst.SimpleStatementLine([cst.Assign([cst.AssignTarget(cst.Name(name))], cst.Dict([]))])]
         row = cst.Subscript(table, [cst.SubscriptElement(cst.Index(text))])
-        rows = cst.ListComp(row, cst.CompFor(target=text, iter=plan.comp.for_in.iter))
+        rows = cst.ListComp(row, cst.CompFor(target=text, iter=plan.texts))
         padded = cst.Call(
             cst.Attribute(plan.receiver, cst.Name("pad")),
             [

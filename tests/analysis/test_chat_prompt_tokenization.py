@@ -219,7 +219,9 @@ def test_per_step_chat_prompts_made_by_a_function_that_is_not_pure_are_reported_
         # the chat prompts are made of the texts `split_user_and_anchor` returns
         impure = "`split_user_and_anchor` (pkg/utils.py:1), a function of another module that is not known to be pure"
         assert impure in message
-        assert "one at a time in the statements of `for user_text in batch_user_texts:`, which perfmod cannot" in message
+        assert (
+            "one at a time in the statements of `for user_text in batch_user_texts:`, which perfmod cannot" in message
+        )
 
 
 def test_per_step_chat_prompts_and_padded_batches_are_tabulated_once_per_model_context(tmp_path):
@@ -238,7 +240,7 @@ def test_per_step_chat_prompts_and_padded_batches_are_tabulated_once_per_model_c
     ahead, step = rewritten.split("    for epoch")
     assert "if not use_chat_template:\n" in ahead
     assert (
-        "{text: ctx.wrapper.tokenizer(f\"{text}{ctx.anchor_text}\", padding=False)[\"input_ids\"] for text in texts}"
+        '{text: ctx.wrapper.tokenizer(f"{text}{ctx.anchor_text}", padding=False)["input_ids"] for text in texts}'
         in ahead
     )
     assert "with_anchor" not in step

@@ -132,10 +132,20 @@ def test_the_texts_are_tokenized_once_unpadded_and_the_step_pads_its_rows():
     assert padded in "".join(step.split())
 
 
+# the picked texts tokenized as they are, not made into others first
+PICKED = (
+    '        suffix = " e"\n        with_suffix = [f"{text}{suffix}" for text in batch]\n        enc = tokenizer(with_suffix,',
+    "        enc = tokenizer(batch,",
+)
+
+
 @pytest.mark.parametrize("side", ["right", "left"])
+@pytest.mark.parametrize("picked", [False, True])
 @pytest.mark.usefixtures("stand_in")
-def test_the_padded_rows_give_every_step_the_same_ids_mask_and_loss(side):
+def test_the_padded_rows_give_every_step_the_same_ids_mask_and_loss(side, picked):
     source = _script(side)
+    assert PICKED[0] in source
+    source = source.replace(*PICKED) if picked else source
     rewritten = _rewrite(source).new_source.decode()
     assert "tokenizer.pad(" in rewritten
     _same_steps(_history(source), _history(rewritten))
@@ -177,7 +187,7 @@ OWN_TOKENIZER = STAND_IN.split("class AutoTokenizer")[0]
         ),
         # the result handed on whole
         (
-            ("        ids = enc[\"input_ids\"]\n", "        ids = enc[\"input_ids\"]\n        print(enc)\n"),
+            ('        ids = enc["input_ids"]\n', '        ids = enc["input_ids"]\n        print(enc)\n'),
             "the tokenizer's result is used whole",
         ),
     ],
