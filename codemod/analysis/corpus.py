@@ -983,23 +983,19 @@ class Corpus:
         batch = next((a.value for a in call.args if self._step_texts(a.value, loop)), None)
         if batch is not None:
             padding = kwarg(call, TOKENIZER_PADDING)
-            padded = padding is not None and self.context.source(padding.value) not in TOKENIZER_NO_PADDING
-            table = self.padded_table(call, loop) if padded else None
-            found.append(
-                f"the step's texts go to the tokenizer together (`{_short(self.context, batch)}`)"
-                + (
-                    f", padded to the longest of the step (`padding={self.context.source(padding.value)}`): "
-                    + (
-                        table
-                        if isinstance(table, str)
-                        else "tokenized once, one by one, they would have to be padded again on every step as "
-                        "the tokenizer pads them, which perfmod writes only for a list of texts made text by text "
-                        "and padded to the longest"
-                    )
-                    if padded
-                    else ", where the corpus is tokenized one text per call"
+            spelled = self.context.source(padding.value) if padding is not None else "False"
+            table = self.padded_table(call, loop) if spelled in TOKENIZER_PAD_LONGEST else None
+            if spelled in TOKENIZER_NO_PADDING:
+                how = ", where the corpus is tokenized one text per call"
+            elif isinstance(table, str):
+                how = f", padded to the longest of the step (`padding={spelled}`): {table}"
+            else:
+                how = (
+                    f", padded (`padding={spelled}`): tokenized once, one by one, they would have to be padded "
+                    "again on every step by the tokenizer's `pad`, which perfmod writes only for a list of the step's "
+                    "texts, or one made from them text by text, padded to the longest"
                 )
-            )
+            found.append(f"the step's texts go to the tokenizer together (`{_short(self.context, batch)}`){how}")
         project = project_of(self.context)
         for made in self._text_calls([a.value for a in call.args], loop):
             function = project.function(made.func)
