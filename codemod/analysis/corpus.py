@@ -22,6 +22,13 @@ whether tokenizing the whole corpus once, before the loop, gives each step the s
   make the loop's list replayed over the corpus), keyed by the text and per item; the
   reason when that table could differ from what a step computes; `table_rewrite(plan,
   name)`: the code in front of the loop, and the step's look-up.
+- `padded_table(call, loop)`: a PaddedTable plan when `call`, a Hugging Face tokenizer's,
+  pads the step's texts of a corpus together to the longest of the step (the picked texts,
+  or a list made from them text by text, `[f"{t}{suffix}" for t in batch_texts]`): each
+  text tokenized once, unpadded, in a table keyed by the text (per item), and the step's
+  rows padded by the tokenizer's own `pad`, which pads as the call does; the reason when
+  the options, the fields read, the tokenizer or the texts do not allow it;
+  `padded_rewrite(plan, name)`: the table in front of the loop, and the step's `pad` call.
 - `not_pretokenized(call, loop)`: for a known tokenizer's call on texts of a corpus that
   is not of the shapes above, what keeps tokenizing the corpus once from being proven:
   the reason a loop of the step over its texts cannot be tabulated, the step's texts
