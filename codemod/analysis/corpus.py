@@ -797,6 +797,9 @@ class Corpus:
             if not _one_for(comp) or not self._tokenizers.from_corpus(comp.for_in.iter, loop):
                 return None
             element, variable, texts = comp.elt, comp.for_in.target, comp.for_in.iter
+        chain = picked if comp is None else self._picked_chain(texts, loop)
+        if isinstance(chain, str):
+            return None  # texts the step does not pick from a list: no table of them to make
         if self._tokenizers.library(receiver) not in TOKENIZER_PAD_LIBRARIES:
             return (
                 f"`{self.context.source(receiver)}` is not known to be a Hugging Face tokenizer, whose `pad` pads "
@@ -815,9 +818,6 @@ class Corpus:
         if isinstance(nesting, str):
             return nesting
         items = next((node for node in nesting if isinstance(node, cst.For)), None)
-        chain = self._picked_chain(texts, loop)
-        if isinstance(chain, str):
-            return chain
         replayed, renamed, corpus, chain_assigns, picks = chain
         problem = self._picked_changed(texts, line, renamed, picks, loop)
         if problem is not None:
