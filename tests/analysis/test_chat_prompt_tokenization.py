@@ -459,3 +459,28 @@ def test_chat_prompts_whose_table_would_differ_from_the_step_are_reported_with_t
     (chat,) = [f for f in result.findings if "apply_chat_template" in f.message.split(" ", 1)[0]]
     assert not chat.applied
     assert "which perfmod cannot tabulate ahead: " + reason in chat.message
+
+
+@pytest.mark.usefixtures("project_imports")
+def test_a_padded_batch_in_the_else_of_a_compound_test_is_tabulated_under_its_negation(tmp_path, monkeypatch):
+    test = "                if use_chat_template:\n                    ids_list = []\n"
+    compound = "                if use_chat_template and batch_size > 0:\n                    ids_list = []\n"
+    recorded = TRAIN.replace(test, compound).replace(
+        "    for epoch in range(2):\n", "    history = []\n    for epoch in range(2):\n"
+    )
+    recorded = recorded.replace(
+        "            loss.backward()\n",
+        "            history.append(({k: v.clone() for k, v in scaffolds.items()}, loss.item()))\n"
+        "            loss.backward()\n",
+    )
+    train = _write(tmp_path, train=recorded + "    return history\n")
+    (tmp_path / "transformers.py").write_text(FAKE_TRANSFORMERS)
+    result = process_source(train.read_bytes(), str(train), Settings(level=Level.UNSAFE, select=("PM203",)))
+    rewritten = result.new_source.decode()
+    assert "        if not (use_chat_template and batch_size > 0):\n" in rewritten.split("for epoch")[0]
+    (tmp_path / "pkg" / "train_rewritten.py").write_text(rewritten)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    steps, rewritten_steps = _train(tmp_path, "train", False), _train(tmp_path, "train_rewritten", False)
+    assert len(steps) == len(rewritten_steps) == 6
+    for before, after in zip(steps, rewritten_steps):
+        assert all(torch.equal(before[0][name], after[0][name]) for name in before[0]) and before[1] == after[1]
