@@ -57,6 +57,7 @@ import libcst as cst
 from libcst.metadata import BuiltinAssignment
 
 from codemod.analysis.bindings import argument_for
+from codemod.analysis.call_writes import call_writes
 from codemod.analysis.lengths import Lengths
 from codemod.analysis.names import kwarg, names_read
 from codemod.analysis.project import project_of
@@ -826,13 +827,14 @@ class Corpus:
             return f"perfmod cannot tell that `{corpus.value}` is a list held in memory"
         per_text = [arg for arg in call.args if arg.keyword and arg.keyword.value in TOKENIZER_PER_TEXT_OPTIONS]
         pads = [arg for arg in call.args if arg.keyword and arg.keyword.value in TOKENIZER_PAD_OPTIONS]
-        exprs = [element, receiver, *(arg.value for arg in call.args[1:])]
+        exprs = [element, *(arg.value for arg in call.args[1:])]
         exprs += [statement.body[0].value for statement in before]
         bound = {variable.value, *(_assigned_name(statement).value for statement in before)}
         region = self._widest_region(
             loop,
             partial(self.encoder_impurity, call),
             partial(self._picks_vary, exprs, bound, nesting, replayed, chain_assigns),
+            partial(self._tokenizer_replaced, receiver, items),
             partial(self._texts_changed, corpus, items),
         )
         if isinstance(region, str):
@@ -854,6 +856,31 @@ class Corpus:
             corpus,
             region,
         )
+
+    def _tokenizer_replaced(self, receiver: cst.BaseExpression, items: cst.For | None, region) -> str | None:
+        """Why the known tokenizer `receiver` (`ctx.wrapper.tokenizer`) may be another object
+        on some iteration of `region`: a name or an attribute of its chain bound or written
+        there (the item of `for ctx in contexts:` is bound in front of it); None when it is the
+        same one, whether or not what holds it is trained (the optimizer changes a model's
+        parameters, not the tokenizer it keeps)."""
+        node = receiver
+        while isinstance(node, cst.Attribute):
+            written = call_writes(self.context).attribute_written(node, region)
+            if written is not None:
+                return written
+            node = node.value
+        if not isinstance(node, cst.Name):
+            return self._variance.of(node, region)
+        if items is not None and node.value == items.target.value:
+            return None
+        if self._variance.attributes_assigned(node.value, region):
+            return f"`{node.value}` has attributes assigned in the loop"
+        scope = self._scopes.get(node)
+        for assignment in scope[node.value] if scope is not None else ():
+            bound = getattr(assignment, "node", None)
+            if isinstance(bound, cst.CSTNode) and self.context.inside(bound, region):
+                return f"`{node.value}` is re-bound in the loop"
+        return None
 
     def _texts_comp(self, texts: cst.BaseExpression, loop: cst.CSTNode):
         """(comp, line): the comprehension of the texts a call tokenizes together, given as
