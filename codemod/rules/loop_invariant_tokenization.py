@@ -290,7 +290,10 @@ class LoopInvariantTokenization(Rule):
     are kept in memory next to the texts (8 bytes a token, in a tensor or
     as lists of ints: about the size of the texts). It is done only for a
     corpus that is a list in memory already, never for a dataset read
-    lazily. Other per-batch
+    lazily. Rows padded by `pad` are the batched call's ids and attention mask
+    (transformers pads both the same way, with the padding side the tokenizer
+    has when the step runs); a fast tokenizer logs once that calling it on the
+    texts would be faster, which is not so here. Other per-batch
     tokenization is reported with the bigger change it calls for (pretokenize
     once with `runtime.data.PretokenizedDataset` and batch with `PadCollate`,
     or tokenize in the DataLoader's workers), which changes the loop's
