@@ -292,8 +292,7 @@ class LoopInvariantTokenization(Rule):
     corpus that is a list in memory already, never for a dataset read
     lazily. Rows padded by `pad` are the batched call's ids and attention mask
     (transformers pads both the same way, with the padding side the tokenizer
-    has when the step runs); a fast tokenizer logs once that calling it on the
-    texts would be faster, which is not so here. Other per-batch
+    has when the step runs). Other per-batch
     tokenization is reported with the bigger change it calls for (pretokenize
     once with `runtime.data.PretokenizedDataset` and batch with `PadCollate`,
     or tokenize in the DataLoader's workers), which changes the loop's
