@@ -24,7 +24,7 @@ whether tokenizing the whole corpus once, before the loop, gives each step the s
   name)`: the code in front of the loop, and the step's look-up.
 - `padded_table(call, loop)`: a PaddedTable plan when `call`, a Hugging Face tokenizer's,
   pads the step's texts of a corpus together to the longest of the step (the picked texts,
-  or a list made from them text by text, `[f"{t}{suffix}" for t in batch_texts]`): each
+  by name or picked in the call, or a list made from them text by text, `[f"{t}{suffix}" for t in batch_texts]`): each
   text tokenized once, unpadded, in a table keyed by the text (per item), and the step's
   rows padded by the tokenizer's own `pad`, which pads as the call does; the reason when
   the options, the fields read, the tokenizer or the texts do not allow it;
@@ -133,7 +133,8 @@ class PaddedTable:
     receiver: cst.BaseExpression  # the tokenizer
     element: cst.BaseExpression  # `f"{t}{suffix}"`: what is tokenized of each text `variable`
     variable: cst.Name  # `t`
-    texts: cst.Name  # `batch`: the step's texts, picked from the corpus
+    texts: cst.Name | None  # `batch`: the step's texts, picked from the corpus
+    picked: cst.ListComp | None  # `[docs[i] for i in idx]`: the texts picked in the call itself
     texts_line: cst.SimpleStatementLine | None  # `with_suffix = [...]`, when the call reads it by name
     before: list[cst.SimpleStatementLine]  # `suffix = ...`: the step's values the texts are made with
     per_text: list[cst.Arg]  # the keywords that tokenize each text
@@ -785,10 +786,17 @@ class Corpus:
             return None
         given = positional[0].value
         picked = self._picked_chain(given, loop) if isinstance(given, cst.Name) else None
-        if isinstance(picked, tuple) and not picked[0]:
+        inline = (
+            isinstance(given, cst.ListComp) and _one_for(given) and reads_only(given.elt, given.for_in.target.value)
+        )
+        taken = {n.value for part in call_parts(call) for n in names_read(part)}
+        variable = cst.Name(next(n for n in ("text", "text_", "text__") if n not in taken))
+        if inline and corpus_of(given.elt) is not None:
+            # the texts picked in the call (`tok([docs[i] for i in idx], ...)`), each tokenized as it is
+            element, texts, comp, texts_line = variable, None, None, None
+            picked = ([], {}, corpus_of(given.elt), {}, [])
+        elif isinstance(picked, tuple) and not picked[0]:
             # the texts the step picks themselves (`batch = [docs[i] for i in idx]`), each tokenized as it is
-            taken = {n.value for part in call_parts(call) for n in names_read(part)}
-            variable = cst.Name(next(n for n in ("text", "text_", "text__") if n not in taken))
             element, texts, comp, texts_line = variable, given, None, None
         else:
             found = self._texts_comp(given, loop)
@@ -820,7 +828,7 @@ class Corpus:
             return nesting
         items = next((node for node in nesting if isinstance(node, cst.For)), None)
         replayed, renamed, corpus, chain_assigns, picks = chain
-        problem = self._picked_changed(texts, line, renamed, picks, loop)
+        problem = self._picked_changed(texts, line, renamed, picks, loop) if picks else None
         if problem is not None:
             return problem
         if not self.context.kinds.in_memory_list(corpus):
@@ -845,6 +853,7 @@ class Corpus:
             element,
             variable,
             texts,
+            given if texts is None else None,
             texts_line,
             before,
             per_text,
@@ -981,15 +990,21 @@ class Corpus:
         unpadded = plan.call.with_changes(args=[cst.Arg(plan.element), *_keywords([*plan.per_text, _UNPADDED])])
         ids_key = cst.SimpleString(f'"{TOKENIZER_IDS}"')
         ids = cst.Subscript(unpadded, [cst.SubscriptElement(cst.Index(ids_key))])
-        texts = cst.Name(plan.renamed.get(plan.texts.value, plan.texts.value))
+        if plan.picked is not None:  # `[docs_ids_by_text[docs[i]] for i in idx]`
+            texts = plan.corpus
+            rows = plan.picked.with_changes(
+                elt=cst.Subscript(table, [cst.SubscriptElement(cst.Index(plan.picked.elt))])
+            )
+        else:  # `[docs_ids_by_text[text] for text in batch]`
+            texts = cst.Name(plan.renamed.get(plan.texts.value, plan.texts.value))
+            row = cst.Subscript(table, [cst.SubscriptElement(cst.Index(text))])
+            rows = cst.ListComp(row, cst.CompFor(target=text, iter=plan.texts))
         every_text = cst.DictComp(text, ids, cst.CompFor(target=text, iter=texts))
         fill = cst.SimpleStatementLine([cst.Assign([cst.AssignTarget(table)], every_text)])
         block = [*(line.deep_clone() for line in plan.before), fill]
         replayed = [_renamed(top.deep_clone(), plan.renamed) for top in plan.replayed]
         # an empty table first where the table is filled per item or under an `if`
         start = [cst.SimpleStatementLine([cst.Assign([cst.AssignTarget(cst.Name(name))], cst.Dict([]))])]
-        row = cst.Subscript(table, [cst.SubscriptElement(cst.Index(text))])
-        rows = cst.ListComp(row, cst.CompFor(target=text, iter=plan.texts))
         padded = cst.Call(
             cst.Attribute(plan.receiver, cst.Name("pad")),
             [

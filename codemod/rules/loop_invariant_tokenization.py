@@ -139,9 +139,10 @@ class LoopInvariantTokenization(Rule):
     the text and the context, their names read nowhere else, and the
     tokenizer's result never changed in place. Texts of the corpus that a
     Hugging Face tokenizer pads together, to the longest of the step
-    (`tokenizer(batch_texts, padding=True, return_tensors="pt")`, or a list
-    made from them text by text, `[f"{text}{suffix}" for text in
-    batch_texts]`), are tokenized once each, unpadded, in a table keyed by the
+    (`tokenizer(batch_texts, padding=True, return_tensors="pt")`, the texts
+    picked in the call, `[docs[i] for i in idx]`, or a list made from them
+    text by text, `[f"{text}{suffix}" for text in batch_texts]`), are
+    tokenized once each, unpadded, in a table keyed by the
     text, and the step pads its rows with the tokenizer's own `pad`, which
     uses the tokenizer's padding side and pad id as its batched call does. This
     needs a tokenizer of transformers (a class of your own may pad otherwise),

@@ -132,20 +132,22 @@ def test_the_texts_are_tokenized_once_unpadded_and_the_step_pads_its_rows():
     assert padded in "".join(step.split())
 
 
-# the picked texts tokenized as they are, not made into others first
-PICKED = (
-    '        suffix = " e"\n        with_suffix = [f"{text}{suffix}" for text in batch]\n        enc = tokenizer(with_suffix,',
-    "        enc = tokenizer(batch,",
-)
+MADE = '        suffix = " e"\n        with_suffix = [f"{text}{suffix}" for text in batch]\n        enc = tokenizer(with_suffix,'
+FORMS = {
+    "made": MADE,
+    # the picked texts tokenized as they are, by name or picked in the call
+    "picked": "        enc = tokenizer(batch,",
+    "inline": "        enc = tokenizer([docs[i] for i in perm[step * 2 : (step + 1) * 2].tolist()],",
+}
 
 
 @pytest.mark.parametrize("side", ["right", "left"])
-@pytest.mark.parametrize("picked", [False, True])
+@pytest.mark.parametrize("form", sorted(FORMS))
 @pytest.mark.usefixtures("stand_in")
-def test_the_padded_rows_give_every_step_the_same_ids_mask_and_loss(side, picked):
+def test_the_padded_rows_give_every_step_the_same_ids_mask_and_loss(side, form):
     source = _script(side)
-    assert PICKED[0] in source
-    source = source.replace(*PICKED) if picked else source
+    assert MADE in source
+    source = source.replace(MADE, FORMS[form])
     rewritten = _rewrite(source).new_source.decode()
     assert "tokenizer.pad(" in rewritten
     _same_steps(_history(source), _history(rewritten))
