@@ -1039,8 +1039,9 @@ class Corpus:
             elif isinstance(table, str):
                 how = f", padded to the longest of the step (`padding={spelled}`): {table}"
             else:
+                longest = " to the longest of the step" if spelled in TOKENIZER_PAD_LONGEST else ""
                 how = (
-                    f", padded (`padding={spelled}`): tokenized once, one by one, they would have to be padded "
+                    f", padded{longest} (`padding={spelled}`): tokenized once, one by one, they would have to be padded "
                     "again on every step by the tokenizer's `pad`, which perfmod writes only for a list of the step's "
                     "texts, or one made from them text by text, padded to the longest"
                 )
