@@ -873,7 +873,10 @@ class Corpus:
         same one, whether or not what holds it is trained (the optimizer changes a model's
         parameters, not the tokenizer it keeps)."""
         node = receiver
+        targets = [t.target for t in self._index.find(cst.AssignTarget, within=region)]
         while isinstance(node, cst.Attribute):
+            if any(target.deep_equals(node) for target in targets):
+                return f"`{self.context.source(node)}` is assigned in the loop"
             written = call_writes(self.context).attribute_written(node, region)
             if written is not None:
                 return written

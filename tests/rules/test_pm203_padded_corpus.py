@@ -6,8 +6,11 @@ installed, the same rewrite is run against a real fast tokenizer too."""
 
 from __future__ import annotations
 
+import os
 import random
+import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -245,3 +248,36 @@ def test_the_rewrite_gives_a_real_tokenizer_the_same_steps(tmp_path, side):
     rewritten = _rewrite(source).new_source.decode()
     assert "tokenizer.pad(" in rewritten
     _same_steps(_history(source), _history(rewritten))
+
+
+SEED = Path(__file__).resolve().parents[2] / "fixtures" / "scripts" / "seed_latentwire_batching.py"
+TOY = SEED.parent / "toy_transformers"
+
+
+def _printed(path: Path) -> str:
+    """What the seed script prints for 8 steps, its model initialised from seed 0."""
+    run = f"import runpy, sys, torch; torch.manual_seed(0); sys.argv = ['s', '--samples', '32', '--batch_size', '4']; runpy.run_path({str(path)!r}, run_name='__main__')"
+    env = {**os.environ, "PYTHONPATH": str(TOY)}
+    return subprocess.run([sys.executable, "-c", run], env=env, capture_output=True, text=True, check=True).stdout
+
+
+def test_a_tokenizer_a_trained_model_holds_pads_the_rows_of_its_table(tmp_path):
+    # the optimizer changes the wrapper's parameters, never the tokenizer it keeps
+    result = _rewrite(SEED.read_text())
+    (finding,) = [f for f in result.findings if f.code == "PM203"]
+    assert finding.applied and "the step pads its rows with the tokenizer's own `pad`" in finding.message
+    rewritten = tmp_path / "seed_rewritten.py"
+    rewritten.write_text(result.new_source.decode())
+    before, after = _printed(SEED), _printed(rewritten)
+    assert before.count("loss") == 8 and before == after
+
+
+def test_a_tokenizer_replaced_in_the_loop_is_reported():
+    source = SEED.read_text().replace(
+        "            ids = ctx.wrapper.tokenizer(",
+        "            ctx.wrapper.tokenizer = AutoTokenizer.from_pretrained('toy-lm')\n            ids = ctx.wrapper.tokenizer(",
+    )
+    result = _rewrite(source)
+    assert not result.changed
+    (finding,) = [f for f in result.findings if f.code == "PM203"]
+    assert "`ctx.wrapper.tokenizer` is assigned in the loop" in finding.message
