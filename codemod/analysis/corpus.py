@@ -22,6 +22,13 @@ whether tokenizing the whole corpus once, before the loop, gives each step the s
   make the loop's list replayed over the corpus), keyed by the text and per item; the
   reason when that table could differ from what a step computes; `table_rewrite(plan,
   name)`: the code in front of the loop, and the step's look-up.
+- `padded_table(call, loop)`: a PaddedTable plan when `call`, a Hugging Face tokenizer's,
+  pads the step's texts of a corpus together to the longest of the step (the picked texts,
+  by name or picked in the call, or a list made from them text by text, `[f"{t}{suffix}" for t in batch_texts]`): each
+  text tokenized once, unpadded, in a table keyed by the text (per item), and the step's
+  rows padded by the tokenizer's own `pad`, which pads as the call does; the reason when
+  the options, the fields read, the tokenizer or the texts do not allow it;
+  `padded_rewrite(plan, name)`: the table in front of the loop, and the step's `pad` call.
 - `not_pretokenized(call, loop)`: for a known tokenizer's call on texts of a corpus that
   is not of the shapes above, what keeps tokenizing the corpus once from being proven:
   the reason a loop of the step over its texts cannot be tabulated, the step's texts
@@ -50,11 +57,22 @@ import libcst as cst
 from libcst.metadata import BuiltinAssignment
 
 from codemod.analysis.bindings import argument_for
+from codemod.analysis.call_writes import call_writes
 from codemod.analysis.lengths import Lengths
 from codemod.analysis.names import kwarg, names_read
 from codemod.analysis.project import project_of
 from codemod.analysis.tokenizers import RANDOM_PICKS, call_parts, corpus_of, reads_only, tokenizers
-from codemod.analysis.torch_facts import TOKENIZER_NO_PADDING, TOKENIZER_PADDING
+from codemod.analysis.torch_facts import (
+    RETURN_TENSORS,
+    TOKENIZER_IDS,
+    TOKENIZER_NO_PADDING,
+    TOKENIZER_PAD_FIELDS,
+    TOKENIZER_PAD_LIBRARIES,
+    TOKENIZER_PAD_LONGEST,
+    TOKENIZER_PAD_OPTIONS,
+    TOKENIZER_PADDING,
+    TOKENIZER_PER_TEXT_OPTIONS,
+)
 from codemod.analysis.variance import variance
 
 if TYPE_CHECKING:
@@ -98,6 +116,32 @@ class TextTable:
     renamed: dict[str, str]  # the names those bind -> the names bound over the whole corpus
     texts: cst.Name  # the loop's list (`batch_user_texts`)
     nesting: list[cst.CSTNode]  # `for ctx in contexts:` and the `if`s of the step around the loop, outermost first
+    items: cst.For | None
+    corpus: cst.Name
+    region: cst.CSTNode
+
+
+@dataclass
+class PaddedTable:
+    """The step's texts of a corpus handed to a Hugging Face tokenizer together and padded to
+    the longest of the step (`tok([f"{t}{suffix}" for t in batch], padding=True)`): each text
+    of the corpus tokenized once, unpadded, into a table keyed by the text (per item of `for
+    ctx in contexts:`), and the step's rows padded by the tokenizer's own `pad`, which pads
+    as its batched call does (its padding side and pad id)."""
+
+    call: cst.Call
+    receiver: cst.BaseExpression  # the tokenizer
+    element: cst.BaseExpression  # `f"{t}{suffix}"`: what is tokenized of each text `variable`
+    variable: cst.Name  # `t`
+    texts: cst.Name | None  # `batch`: the step's texts, picked from the corpus
+    picked: cst.ListComp | None  # `[docs[i] for i in idx]`: the texts picked in the call itself
+    texts_line: cst.SimpleStatementLine | None  # `with_suffix = [...]`, when the call reads it by name
+    before: list[cst.SimpleStatementLine]  # `suffix = ...`: the step's values the texts are made with
+    per_text: list[cst.Arg]  # the keywords that tokenize each text
+    padding: list[cst.Arg]  # the keywords `pad` takes
+    replayed: list[cst.BaseStatement]
+    renamed: dict[str, str]
+    nesting: list[cst.CSTNode]
     items: cst.For | None
     corpus: cst.Name
     region: cst.CSTNode
@@ -428,7 +472,8 @@ class Corpus:
         problem = self._table_names_problem(table_part, bound, target, loop)
         if problem is not None:
             return problem
-        nesting = self._nesting(text_loop, call, loop)
+        shown = f"`for {_short(self.context, text_loop.target)} in ...`"
+        nesting = self._nesting(text_loop, shown, call, loop)
         if isinstance(nesting, str):
             return nesting
         items = next((node for node in nesting if isinstance(node, cst.For)), None)
@@ -436,7 +481,7 @@ class Corpus:
         if isinstance(chain, str):
             return chain
         replayed, renamed, corpus, chain_assigns, picks = chain
-        problem = self._picked_changed(text_loop, renamed, picks, loop)
+        problem = self._picked_changed(text_loop.iter, text_loop, renamed, picks, loop)
         if problem is not None:
             return problem
         if not self.context.kinds.in_memory_list(corpus):
@@ -499,14 +544,14 @@ class Corpus:
                 return f"`{alias}` shares what the tokenizer gives and is changed in place in the step"
         return None
 
-    def _picked_changed(self, text_loop: cst.For, renamed, picks, loop: cst.CSTNode) -> str | None:
+    def _picked_changed(self, texts: cst.Name, user: cst.CSTNode, renamed, picks, loop: cst.CSTNode) -> str | None:
         """Why the step's texts may not be the ones picked: a list of them changed in place
-        before the text loop is done with it (the lists are made anew every step: only a
-        change in that span counts)."""
+        before `user`, which tokenizes the list `texts`, is done with it (the lists are made
+        anew every step: only a change in that span counts)."""
         lines = list(loop.body.body) if isinstance(loop.body, cst.IndentedBlock) else []
-        first, last = (self._top(node, loop) for node in (min(picks, key=self._index.order), text_loop))
+        first, last = (self._top(node, loop) for node in (min(picks, key=self._index.order), user))
         span = lines[lines.index(first) : lines.index(last) + 1] if first in lines and last in lines else [loop]
-        for name in sorted(self._variance.aliases(text_loop.iter, loop) | set(renamed)):
+        for name in sorted(self._variance.aliases(texts, loop) | set(renamed)):
             if any(self._variance.changed_in_place(name, line) for line in span):
                 return f"`{name}` is changed in place in the step: it may hold a text the table does not"
         return None
@@ -546,25 +591,51 @@ class Corpus:
             isinstance(parent, cst.NamedExpr) and parent.target is name
         )
 
-    def _nesting(self, text_loop: cst.For, call: cst.Call, loop: cst.CSTNode) -> list[cst.CSTNode] | str:
-        """The `for ctx in contexts:` whose item `call` reads and the `if`s (their bodies)
-        between the step `loop` and `text_loop`, outermost first; the reason when something
-        else is."""
+    def _nesting(self, inner: cst.CSTNode, shown: str, call: cst.Call, loop: cst.CSTNode) -> list[cst.CSTNode] | str:
+        """The `for ctx in contexts:` whose item `call` reads, the `if`s (their bodies) and the
+        `else`s of `if`s between the step `loop` and the statement `inner` (`shown` in a
+        message), outermost first; the reason when something else is."""
         found: list[cst.CSTNode] = []
-        node = self.context.parents.get(text_loop)
+        node = self.context.parents.get(inner)
         while node is not None and node is not loop.body:
-            if isinstance(node, cst.If):
-                if node.orelse is not None and self.context.inside(text_loop, node.orelse):
-                    return f"`for {_short(self.context, text_loop.target)} in ...` is in the `else` of an `if`"
+            if isinstance(node, cst.Else):
+                branch = self.context.parents.get(node)
+                if not isinstance(branch, cst.If) or isinstance(self.context.parents.get(branch), cst.If):
+                    return f"{shown} is in the `else` of an `elif` or of a loop"
+                found.append(node)
+                node = branch
+            elif isinstance(node, cst.If):
+                if node.orelse is not None and self.context.inside(inner, node.orelse):
+                    return f"{shown} is in an `elif`"
                 found.append(node)
             elif isinstance(node, cst.For):
                 if node is not self.item_loop(call, loop):
-                    return f"`for {_short(self.context, text_loop.target)} in ...` is inside another loop of the step"
+                    return f"{shown} is inside another loop of the step"
                 found.append(node)
             elif not isinstance(node, (cst.IndentedBlock, cst.SimpleStatementSuite)):
-                return f"`for {_short(self.context, text_loop.target)} in ...` is inside a `{type(node).__name__}`"
+                return f"{shown} is inside a `{type(node).__name__}`"
             node = self.context.parents.get(node)
         return found[::-1]
+
+    def _guard_test(self, node: cst.CSTNode) -> cst.BaseExpression | None:
+        """The test of an `if` of a nesting, or of the `if` whose `else` it is; None for a loop."""
+        if isinstance(node, cst.Else):
+            return self.context.parents.get(node).test
+        return node.test if isinstance(node, cst.If) else None
+
+    def _nested(self, block: list[cst.BaseStatement], nesting: list[cst.CSTNode]) -> list[cst.BaseStatement]:
+        """`block` inside the loops and `if`s of `nesting` (an `else` as `if not (test):`)."""
+        for node in reversed(nesting):
+            if isinstance(node, cst.For):
+                block = [cst.For(target=node.target, iter=node.iter, body=cst.IndentedBlock(block))]
+                continue
+            test = self._guard_test(node)
+            if isinstance(node, cst.Else):
+                if not isinstance(test, (cst.Name, cst.Attribute, cst.Call, cst.Subscript)):
+                    test = test.with_changes(lpar=[cst.LeftParen()], rpar=[cst.RightParen()])
+                test = cst.UnaryOperation(cst.Not(), test)
+            block = [cst.If(test=test, body=cst.IndentedBlock(block))]
+        return block
 
     def _picked_chain(self, texts: cst.Name, loop: cst.CSTNode):
         """(the statements of the step that make `texts` from the texts it picks, the names
@@ -646,14 +717,19 @@ class Corpus:
         `region`: a value of the loop's statements that differs for reasons other than the text
         and the item, a test of an `if` around it or among the statements that make the
         step's texts, or their values; None when they are the same on every step."""
-        names = {text_loop.target.value, *bound}
-        names |= {node.target.value for node in nesting if isinstance(node, cst.For)}
-        hoisted = dict.fromkeys(names, region)
-        exprs: list[cst.BaseExpression] = [node.test for node in nesting if isinstance(node, cst.If)]
+        exprs: list[cst.BaseExpression] = []
         for line in table_part:
             exprs += [node.test for node in self._index.find(cst.If, within=line)]
             exprs += [assign.value for assign in self._index.find(cst.Assign, within=line)]
-        reason = self._variance.of_all(exprs, region, hoisted)
+        return self._picks_vary(exprs, {text_loop.target.value, *bound}, nesting, replayed, chain_assigns, region)
+
+    def _picks_vary(self, exprs, names, nesting, replayed, chain_assigns, region):
+        """Why `exprs` (given the text, the item and `names` bound in front of `region`), the
+        tests of `nesting`, or the statements that make the step's texts from those it picks
+        may differ on some iteration of `region`; None when they are the same on every step."""
+        names = set(names) | {node.target.value for node in nesting if isinstance(node, cst.For)}
+        tests = [self._guard_test(node) for node in nesting if not isinstance(node, cst.For)]
+        reason = self._variance.of_all([*tests, *exprs], region, dict.fromkeys(names, region))
         if reason is not None:
             return reason
         for top in replayed:
@@ -687,13 +763,259 @@ class Corpus:
         block: list[cst.BaseStatement] = [cst.For(target=text, iter=texts, body=cst.IndentedBlock(body))]
         if plan.items is not None:
             block.insert(0, cst.SimpleStatementLine([cst.Assign([cst.AssignTarget(table)], cst.Dict([]))]))
-        for node in reversed(plan.nesting):
-            if isinstance(node, cst.If):
-                block = [cst.If(test=node.test, body=cst.IndentedBlock(block))]
-            else:
-                block = [cst.For(target=node.target, iter=node.iter, body=cst.IndentedBlock(block))]
         start = cst.SimpleStatementLine([cst.Assign([cst.AssignTarget(cst.Name(name))], cst.Dict([]))])
-        return [*replayed, start, *block], entry
+        return [*replayed, start, *self._nested(block, plan.nesting)], entry
+
+    def padded_table(self, call: cst.Call, loop: cst.CSTNode) -> PaddedTable | str | None:
+        """How to tokenize once, before the loop, the texts of a corpus that `call`, a
+        tokenizer's call of the step, tokenizes together and pads to the longest of the step
+        (`tok(with_suffix, padding=True, return_tensors="pt")`, `with_suffix = [f"{t}{suffix}"
+        for t in batch_texts]`): a Hugging Face tokenizer's, whose `pad` pads rows of texts
+        tokenized one by one as the call pads them; keywords that tokenize each text as it is
+        tokenized alone or that `pad` takes; tensors returned (lists would share the table's
+        rows); of the result only fields `pad` gives read; the texts made, text by text, from
+        texts the step picks (`text_table`'s conditions), with values the same on every step but
+        for the item of `for ctx in contexts:` and names bound for them alone. None when `call`
+        does not pad a list of the step's texts; the reason when a precondition fails."""
+        padding = kwarg(call, TOKENIZER_PADDING)
+        positional = [arg for arg in call.args if arg.keyword is None]
+        _, receiver = self._tokenizers.tokenizer_call(call)
+        if padding is None or self.context.source(padding.value) not in TOKENIZER_PAD_LONGEST:
+            return None
+        if receiver is not call.func or len(positional) != 1 or positional[0].star:
+            return None
+        given = positional[0].value
+        picked = self._picked_chain(given, loop) if isinstance(given, cst.Name) else None
+        inline = (
+            isinstance(given, cst.ListComp) and _one_for(given) and reads_only(given.elt, given.for_in.target.value)
+        )
+        taken = {n.value for part in call_parts(call) for n in names_read(part)}
+        variable = cst.Name(next(n for n in ("text", "text_", "text__") if n not in taken))
+        if inline and corpus_of(given.elt) is not None:
+            # the texts picked in the call (`tok([docs[i] for i in idx], ...)`), each tokenized as it is
+            element, texts, comp, texts_line = variable, None, None, None
+            picked = ([], {}, corpus_of(given.elt), {}, [])
+        elif isinstance(picked, tuple) and not picked[0]:
+            # the texts the step picks themselves (`batch = [docs[i] for i in idx]`), each tokenized as it is
+            element, texts, comp, texts_line = variable, given, None, None
+        else:
+            found = self._texts_comp(given, loop)
+            if found is None:
+                return None
+            comp, texts_line = found
+            if not _one_for(comp) or not self._tokenizers.from_corpus(comp.for_in.iter, loop):
+                return None
+            element, variable, texts = comp.elt, comp.for_in.target, comp.for_in.iter
+        chain = picked if comp is None else self._picked_chain(texts, loop)
+        if isinstance(chain, str):
+            return None  # texts the step does not pick from a list: no table of them to make
+        if self._tokenizers.library(receiver) not in TOKENIZER_PAD_LIBRARIES:
+            return (
+                f"`{self.context.source(receiver)}` is not known to be a Hugging Face tokenizer, whose `pad` pads "
+                "texts tokenized one by one as its call pads them together"
+            )
+        if comp is not None and texts_line is None and isinstance(given, cst.Name):
+            return f"`{given.value}`, the list of texts, is used elsewhere too"
+        problem = self._padding_problem(call, loop)
+        if problem is not None:
+            return problem
+        line = self._index.first_enclosing(call, cst.SimpleStatementLine)
+        before = self._made_with(element, variable, [comp, texts_line], line, loop)
+        if isinstance(before, str):
+            return before
+        nesting = self._nesting(line, f"`{_short(self.context, call)}`", call, loop)
+        if isinstance(nesting, str):
+            return nesting
+        items = next((node for node in nesting if isinstance(node, cst.For)), None)
+        replayed, renamed, corpus, chain_assigns, picks = chain
+        problem = self._picked_changed(texts, line, renamed, picks, loop) if picks else None
+        if problem is not None:
+            return problem
+        if not self.context.kinds.in_memory_list(corpus):
+            return f"perfmod cannot tell that `{corpus.value}` is a list held in memory"
+        per_text = [arg for arg in call.args if arg.keyword and arg.keyword.value in TOKENIZER_PER_TEXT_OPTIONS]
+        pads = [arg for arg in call.args if arg.keyword and arg.keyword.value in TOKENIZER_PAD_OPTIONS]
+        exprs = [element, *(arg.value for arg in call.args[1:])]
+        exprs += [statement.body[0].value for statement in before]
+        bound = {variable.value, *(_assigned_name(statement).value for statement in before)}
+        region = self._widest_region(
+            loop,
+            partial(self.encoder_impurity, call),
+            partial(self._picks_vary, exprs, bound, nesting, replayed, chain_assigns),
+            partial(self._tokenizer_replaced, receiver, items),
+            partial(self._texts_changed, corpus, items),
+        )
+        if isinstance(region, str):
+            return region
+        return PaddedTable(
+            call,
+            receiver,
+            element,
+            variable,
+            texts,
+            given if texts is None else None,
+            texts_line,
+            before,
+            per_text,
+            pads,
+            replayed,
+            renamed,
+            nesting,
+            items,
+            corpus,
+            region,
+        )
+
+    def _tokenizer_replaced(self, receiver: cst.BaseExpression, items: cst.For | None, region) -> str | None:
+        """Why the known tokenizer `receiver` (`ctx.wrapper.tokenizer`) may be another object
+        on some iteration of `region`: a name or an attribute of its chain bound or written
+        there (the item of `for ctx in contexts:` is bound in front of it); None when it is the
+        same one, whether or not what holds it is trained (the optimizer changes a model's
+        parameters, not the tokenizer it keeps)."""
+        node = receiver
+        targets = [t.target for t in self._index.find(cst.AssignTarget, within=region)]
+        while isinstance(node, cst.Attribute):
+            if any(target.deep_equals(node) for target in targets):
+                return f"`{self.context.source(node)}` is assigned in the loop"
+            written = call_writes(self.context).attribute_written(node, region)
+            if written is not None:
+                return written
+            node = node.value
+        if not isinstance(node, cst.Name):
+            return self._variance.of(node, region)
+        if items is not None and node.value == items.target.value:
+            return None
+        if self._variance.attributes_assigned(node.value, region):
+            return f"`{node.value}` has attributes assigned in the loop"
+        scope = self._scopes.get(node)
+        for assignment in scope[node.value] if scope is not None else ():
+            bound = getattr(assignment, "node", None)
+            if isinstance(bound, cst.CSTNode) and self.context.inside(bound, region):
+                return f"`{node.value}` is re-bound in the loop"
+        return None
+
+    def _texts_comp(self, texts: cst.BaseExpression, loop: cst.CSTNode):
+        """(comp, line): the comprehension of the texts a call tokenizes together, given as
+        written (line None) or by a name the step binds to it once, on its own `line`, and
+        reads nowhere else; (comp, None) for a name read elsewhere too; None otherwise."""
+        if isinstance(texts, cst.ListComp):
+            return texts, None
+        if not isinstance(texts, cst.Name):
+            return None
+        reaching = self.context.kinds.reaching(texts)
+        if len(reaching) != 1 or not self.context.inside(reaching[0].node, loop):
+            return None
+        comp = self._bindings.assigned_value(reaching[0])
+        line = self.context.parents.get(self._bindings.statement(reaching[0].node))
+        if not isinstance(comp, cst.ListComp) or _assigned_name(line) is None:
+            return None
+        function = self._index.first_enclosing(loop, cst.FunctionDef) or self.context.module
+        uses = [node for node in self._variance.names_in(function, texts.value) if not self.context.inside(node, line)]
+        return comp, (line if uses == [texts] else None)
+
+    def _padding_problem(self, call: cst.Call, loop: cst.CSTNode) -> str | None:
+        """Why `pad` of the rows of each text tokenized alone may not give what `call` gives:
+        a keyword perfmod does not know to act text by text, lists returned, a field of the
+        result that `pad` does not give read, or the result used whole."""
+        for arg in call.args[1:]:
+            if arg.star or arg.keyword is None:
+                return f"`{_short(self.context, arg)}` is not a keyword perfmod knows"
+            if arg.keyword.value not in TOKENIZER_PER_TEXT_OPTIONS | TOKENIZER_PAD_OPTIONS:
+                return f"perfmod does not know that `{arg.keyword.value}=` tokenizes each text as it is tokenized alone"
+        if kwarg(call, RETURN_TENSORS) is None:
+            return "the ids are lists, and `pad` hands back rows that need no padding as they are: the table's own"
+        function = self._index.first_enclosing(loop, cst.FunctionDef) or self.context.module
+        parent = self.context.parents.get(call)
+        uses = [call]
+        if (
+            isinstance(parent, cst.Assign)
+            and len(parent.targets) == 1
+            and isinstance(parent.targets[0].target, cst.Name)
+        ):
+            uses = [
+                node
+                for node in self._variance.names_in(function, parent.targets[0].target.value)
+                if not self._is_binding(node)
+                and any(self._bindings.statement(b.node) is parent for b in self.context.kinds.reaching(node))
+            ]
+        for use in uses:
+            field = _field(self.context.parents.get(use), use)
+            if field is None:
+                return f"the tokenizer's result is used whole (line {self.context.line(use)}), not only its ids"
+            if field not in TOKENIZER_PAD_FIELDS:
+                return f"`{field}` of the tokenizer's result is read (line {self.context.line(use)}), which `pad` does not give"
+        return None
+
+    def _made_with(self, element, variable: cst.Name, makers, line, loop: cst.CSTNode):
+        """The lines of the step, in the block of `line` and before it, that bind the names
+        `element` makes each text `variable` with (`suffix = ...` for `f"{t}{suffix}"`), in
+        order, each a plain assignment bound once in the step and read only there or in
+        `makers` (the comprehension of the texts and its line); the reason otherwise."""
+        block = self.context.parents.get(line)
+        found: dict[int, cst.SimpleStatementLine] = {}
+        todo = [n for n in names_read(element) if n.value != variable.value]
+        while todo:
+            name = todo.pop()
+            inside = [b for b in self.context.kinds.reaching(name) if self.context.inside(b.node, loop)]
+            if not inside or isinstance(self._bindings.statement(inside[0].node), cst.For):
+                continue  # bound before the step, or the item of `for ctx in contexts:`: `variance`'s to judge
+            statement = self.context.parents.get(self._bindings.statement(inside[0].node))
+            if (
+                len(inside) != 1
+                or _assigned_name(statement) is None
+                or self.context.parents.get(statement) is not block
+                or self._index.order(statement) > self._index.order(line)
+            ):
+                return f"`{name.value}`, which the texts are made with, is not bound once by a line of their block"
+            if id(statement) not in found:
+                found[id(statement)] = statement
+                todo += names_read(statement.body[0].value)
+        kept = [*found.values(), *(maker for maker in makers if maker is not None)]
+        function = self._index.first_enclosing(loop, cst.FunctionDef) or self.context.module
+        for statement in found.values():
+            bound = _assigned_name(statement).value
+            for node in self._variance.names_in(function, bound):
+                if not any(self.context.inside(node, part) for part in kept):
+                    return f"`{bound}`, which the texts are made with, is used elsewhere too (line {self.context.line(node)})"
+        return sorted(found.values(), key=self._index.order)
+
+    def padded_rewrite(self, plan: PaddedTable, name: str) -> tuple[list[cst.BaseStatement], cst.Call]:
+        """What tabulating by `plan` writes in front of its region: the step's statements that
+        make its texts, replayed over the corpus, and the table of each text's unpadded ids
+        (`name = {text: tok(<text>, padding=False, ...)["input_ids"] for text in docs}`, per
+        item); and the call that pads the step's rows instead of tokenizing its texts."""
+        text = plan.variable
+        table: cst.BaseExpression = cst.Name(name)
+        if plan.items is not None:
+            table = cst.Subscript(
+                table, [cst.SubscriptElement(cst.Index(cst.Call(cst.Name("id"), [cst.Arg(plan.items.target)])))]
+            )
+        unpadded = plan.call.with_changes(args=[cst.Arg(plan.element), *_keywords([*plan.per_text, _UNPADDED])])
+        ids_key = cst.SimpleString(f'"{TOKENIZER_IDS}"')
+        ids = cst.Subscript(unpadded, [cst.SubscriptElement(cst.Index(ids_key))])
+        if plan.picked is not None:  # `[docs_ids_by_text[docs[i]] for i in idx]`
+            texts = plan.corpus
+            rows = plan.picked.with_changes(
+                elt=cst.Subscript(table, [cst.SubscriptElement(cst.Index(plan.picked.elt))])
+            )
+        else:  # `[docs_ids_by_text[text] for text in batch]`
+            texts = cst.Name(plan.renamed.get(plan.texts.value, plan.texts.value))
+            row = cst.Subscript(table, [cst.SubscriptElement(cst.Index(text))])
+            rows = cst.ListComp(row, cst.CompFor(target=text, iter=plan.texts))
+        every_text = cst.DictComp(text, ids, cst.CompFor(target=text, iter=texts))
+        fill = cst.SimpleStatementLine([cst.Assign([cst.AssignTarget(table)], every_text)])
+        block = [*(line.deep_clone() for line in plan.before), fill]
+        replayed = [_renamed(top.deep_clone(), plan.renamed) for top in plan.replayed]
+        # an empty table first where the table is filled per item or under an `if`
+        start = [cst.SimpleStatementLine([cst.Assign([cst.AssignTarget(cst.Name(name))], cst.Dict([]))])]
+        padded = cst.Call(
+            cst.Attribute(plan.receiver, cst.Name("pad")),
+            [
+                cst.Arg(cst.Dict([cst.DictElement(ids_key, rows)])),
+                *_keywords(plan.padding),
+            ],
+        )
+        return [*replayed, *(start if plan.nesting else []), *self._nested(block, plan.nesting)], padded
 
     def not_pretokenized(self, call: cst.Call, loop: cst.CSTNode) -> list[str]:
         """What keeps the texts of a corpus that `call`, a known tokenizer's call of the step
@@ -713,17 +1035,20 @@ class Corpus:
         batch = next((a.value for a in call.args if self._step_texts(a.value, loop)), None)
         if batch is not None:
             padding = kwarg(call, TOKENIZER_PADDING)
-            padded = padding is not None and self.context.source(padding.value) not in TOKENIZER_NO_PADDING
-            found.append(
-                f"the step's texts go to the tokenizer together (`{_short(self.context, batch)}`)"
-                + (
-                    f", padded to the longest of the step (`padding={self.context.source(padding.value)}`): "
-                    "tokenized once, one by one, they would have to be padded again on every step as the "
-                    "tokenizer pads them (its padding side and pad id), which perfmod does not write"
-                    if padded
-                    else ", where the corpus is tokenized one text per call"
+            spelled = self.context.source(padding.value) if padding is not None else "False"
+            table = self.padded_table(call, loop) if spelled in TOKENIZER_PAD_LONGEST else None
+            if spelled in TOKENIZER_NO_PADDING:
+                how = ", where the corpus is tokenized one text per call"
+            elif isinstance(table, str):
+                how = f", padded to the longest of the step (`padding={spelled}`): {table}"
+            else:
+                longest = " to the longest of the step" if spelled in TOKENIZER_PAD_LONGEST else ""
+                how = (
+                    f", padded{longest} (`padding={spelled}`): tokenized once, one by one, they would have to be padded "
+                    "again on every step by the tokenizer's `pad`, which perfmod writes only for a list of the step's "
+                    "texts, or one made from them text by text, padded to the longest"
                 )
-            )
+            found.append(f"the step's texts go to the tokenizer together (`{_short(self.context, batch)}`){how}")
         project = project_of(self.context)
         for made in self._text_calls([a.value for a in call.args], loop):
             function = project.function(made.func)
@@ -819,6 +1144,32 @@ def _read_before_bound(lines: tuple[cst.CSTNode, ...], bound: set[str]) -> str |
         if reads - defined:
             return min(reads - defined)
         defined.add(name.value)
+    return None
+
+
+# `padding=False`: each text of the corpus tokenized alone, unpadded.
+_UNPADDED = cst.Arg(
+    cst.Name("False"),
+    keyword=cst.Name(TOKENIZER_PADDING),
+    equal=cst.AssignEqual(cst.SimpleWhitespace(""), cst.SimpleWhitespace("")),
+)
+
+
+def _keywords(args: list[cst.Arg]) -> list[cst.Arg]:
+    """Keyword arguments as written, for a new call (their commas and line breaks placed anew)."""
+    return [
+        arg.with_changes(comma=cst.MaybeSentinel.DEFAULT, whitespace_after_arg=cst.SimpleWhitespace("")) for arg in args
+    ]
+
+
+def _field(parent: cst.CSTNode | None, use: cst.CSTNode) -> str | None:
+    """The field `use[...]` or `use.<field>` reads of a tokenizer's result, or None."""
+    if isinstance(parent, cst.Subscript) and parent.value is use and len(parent.slice) == 1:
+        key = parent.slice[0].slice
+        if isinstance(key, cst.Index) and isinstance(key.value, cst.SimpleString):
+            return key.value.evaluated_value
+    if isinstance(parent, cst.Attribute) and parent.value is use:
+        return parent.attr.value
     return None
 
 

@@ -14,7 +14,8 @@ texts a training step tokenizes come from.
   names, parameters, `self` attributes and the attributes of objects of the project's
   classes: `ctx.wrapper.tokenizer` of an `LMWrapper` of another module whose `__init__`
   builds it, and whose other methods only read it)?
-- `origin(expr)`: for a known tokenizer, the library and where it is built, for a message.
+- `origin(expr)`: for a known tokenizer, the library and where it is built, for a message;
+  `library(expr)`: the module of that library (`transformers`).
 - `kept_after_init(value)`: is the tokenizer `value`, assigned to `self.<attr>` in a
   class's `__init__`, only read by the class's other methods?
 - `changed_in(receiver, region)`: why the known tokenizer `receiver` may change in
@@ -285,8 +286,7 @@ class Tokenizers:
         context, value = self._origins(expr)[0]
         if isinstance(value, (cst.Name, cst.Attribute)):
             return tokenizers(context).origin(value, depth + 1)
-        tops = {name.split(".")[0] for name in context.names.of(value.func)} & TOKENIZER_LIBRARIES.keys()
-        library = TOKENIZER_LIBRARIES[min(tops)]  # a known builder is one of these libraries
+        library = TOKENIZER_LIBRARIES[tokenizers(context)._library_of(value)]
         where = (
             project_of(self.context).shown_in(context, value)
             if context is not self.context
@@ -298,6 +298,23 @@ class Tokenizers:
         owner = context.kinds.class_of(function)
         named = f"{owner.name.value}.{function.name.value}" if owner is not None else function.name.value
         return f"the {library} tokenizer built in `{named}` ({where})"
+
+    def library(self, expr: cst.BaseExpression, depth: int = 0) -> str | None:
+        """The module of the library that built the known tokenizer `expr` (`transformers`,
+        `tiktoken`), the same for every value it may hold; None when not known."""
+        if depth > 4 or not self.is_known(expr):
+            return None
+        found = set()
+        for context, value in self._origins(expr):
+            if isinstance(value, (cst.Name, cst.Attribute)):
+                found.add(tokenizers(context).library(value, depth + 1))
+            else:
+                found.add(tokenizers(context)._library_of(value))
+        return found.pop() if len(found) == 1 else None
+
+    def _library_of(self, builder: cst.Call) -> str:
+        """The library of a known tokenizer's builder call (one of TOKENIZER_LIBRARIES)."""
+        return min({name.split(".")[0] for name in self.context.names.of(builder.func)} & TOKENIZER_LIBRARIES.keys())
 
     def _origins(self, expr: cst.BaseExpression) -> list[tuple[FileContext, cst.BaseExpression]] | None:
         """The values `expr` may hold, each with the file it is written in."""

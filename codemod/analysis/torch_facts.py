@@ -895,6 +895,20 @@ TOKENIZER_READERS = TOKENIZER_METHODS | {"decode", "batch_decode"}
 # values that leave the ids unpadded.
 TOKENIZER_PADDING = "padding"
 TOKENIZER_NO_PADDING = frozenset({"False", "'do_not_pad'", '"do_not_pad"'})
+# A Hugging Face tokenizer's batched call that pads to the longest text of the batch
+# (`padding=True`, "longest") gives the ids `tokenizer.pad({"input_ids": rows}, ...)` gives
+# for the rows of each text tokenized alone, unpadded: the keywords that tokenize each text
+# as it is tokenized alone (truncation is per text), those `pad` takes to pad the batch, the
+# fields of the result `pad` gives from the ids alone, and the libraries whose tokenizers
+# have that `pad`.
+TOKENIZER_PAD_LONGEST = frozenset({"True", "'longest'", '"longest"'})
+TOKENIZER_PER_TEXT_OPTIONS = frozenset({"add_special_tokens", "truncation", "max_length", "verbose"})
+TOKENIZER_PAD_OPTIONS = frozenset(
+    {"padding", "pad_to_multiple_of", "padding_side", "return_attention_mask", RETURN_TENSORS}
+)
+TOKENIZER_IDS = "input_ids"
+TOKENIZER_PAD_FIELDS = frozenset({TOKENIZER_IDS, "attention_mask"})
+TOKENIZER_PAD_LIBRARIES = frozenset({"transformers"})
 # The library a known tokenizer's builder comes from (the top of its qualified name), as users name it.
 TOKENIZER_LIBRARIES = {"transformers": "Hugging Face", "tokenizers": "Hugging Face", "tiktoken": "tiktoken"}
 

@@ -203,24 +203,28 @@ def test_per_step_chat_prompts_made_by_a_function_that_is_not_pure_are_reported_
     utils = UTILS.replace("    if anchor and", "    print(text)\n    if anchor and")
     train = _write(tmp_path, utils=utils)
     result = process_source(train.read_bytes(), str(train), Settings(level=Level.UNSAFE, select=("PM203",)))
-    assert not result.changed
-    messages = {f.line: f.message for f in result.findings if f.code == "PM203"}
+    findings = {f.line: f for f in result.findings if f.code == "PM203"}
     lines = _lines(train)
-    assert sorted(messages) == sorted(lines)
-    for line, message in messages.items():
+    assert sorted(findings) == sorted(lines)
+    for line, finding in findings.items():
+        chat = "padding=True" not in lines[line]
+        # the plain prompts, padded together, are made of the picked texts alone: tabulated
+        assert finding.applied is not chat
+        if not chat:
+            assert "the step pads its rows with the tokenizer's own `pad`" in finding.message
+            continue
+        message = finding.message
         assert "`ctx.wrapper.tokenizer` is the Hugging Face tokenizer built in `LMWrapper.__init__`" in message
         assert "(pkg/models.py:8)" in message
-        chat = "padding=True" not in lines[line]
         # the chat prompts are made of the texts `split_user_and_anchor` returns
         impure = "`split_user_and_anchor` (pkg/utils.py:1), a function of another module that is not known to be pure"
-        assert (impure in message) is chat
-        one_by_one = "one at a time in the statements of `for user_text in batch_user_texts:`, which perfmod cannot"
-        assert (one_by_one in message) is chat
-        # the plain prompts go to the tokenizer as one padded batch
-        assert ("padded to the longest of the step (`padding=True`)" in message) is not chat
+        assert impure in message
+        assert (
+            "one at a time in the statements of `for user_text in batch_user_texts:`, which perfmod cannot" in message
+        )
 
 
-def test_per_step_chat_prompts_are_tabulated_once_per_model_context_and_the_padded_batch_reported(tmp_path):
+def test_per_step_chat_prompts_and_padded_batches_are_tabulated_once_per_model_context(tmp_path):
     train = _write(tmp_path)
     result = process_source(train.read_bytes(), str(train), Settings(level=Level.UNSAFE, select=("PM203",)))
     assert result.changed and result.error is None
@@ -228,11 +232,20 @@ def test_per_step_chat_prompts_are_tabulated_once_per_model_context_and_the_padd
     lines = _lines(train)
     (chat,) = [line for line, text in lines.items() if "apply_chat_template" in text]
     (plain,) = [line for line, text in lines.items() if "padding=True" in text]
-    # one fix for the chat template and the tokenizer call after it
+    # one fix for the chat template and the tokenizer call after it, one for the padded batch
     assert sorted(findings) == [chat, plain]
     assert findings[chat].applied and "once for each item of `model_contexts`" in findings[chat].message
-    assert not findings[plain].fixable
-    assert "padded to the longest of the step (`padding=True`)" in findings[plain].message
+    assert findings[plain].applied and "once for each item of `model_contexts`" in findings[plain].message
+    rewritten = result.new_source.decode()
+    ahead, step = rewritten.split("    for epoch")
+    assert "if not use_chat_template:\n" in ahead
+    assert (
+        '{text: ctx.wrapper.tokenizer(f"{text}{ctx.anchor_text}", padding=False)["input_ids"] for text in texts}'
+        in ahead
+    )
+    assert "with_anchor" not in step
+    padded = 'tok=ctx.wrapper.tokenizer.pad({"input_ids":[texts_ids_by_text[id(ctx)][text]fortextinbatch_texts]},'
+    assert padded + 'return_tensors="pt",padding=True,)' in "".join(step.split())
 
 
 SAME_FILE = """\
@@ -317,6 +330,13 @@ class FakeTokenizer:
 
     def __call__(self, text, return_tensors=None, padding=False, add_special_tokens=True):
         rows = [[1 + (self.offset + sum(map(ord, w))) % 97 for w in t.split()] for t in ([text] if isinstance(text, str) else text)]
+        if isinstance(text, str) and return_tensors is None:
+            return {"input_ids": rows[0]}
+        return self.pad({"input_ids": rows}, padding=padding, return_tensors=return_tensors)
+
+    def pad(self, encoded, padding=True, return_tensors=None):
+        \"\"\"Pads rows as the batched call pads them (what a Hugging Face tokenizer's `pad` does).\"\"\"
+        rows = encoded["input_ids"]
         if padding:
             longest = max(map(len, rows))
             pads = [[self.pad_token_id] * (longest - len(row)) for row in rows]
@@ -436,6 +456,31 @@ def test_chat_prompts_whose_table_would_differ_from_the_step_are_reported_with_t
     train = _write(tmp_path, train=TRAIN.replace(*change))
     assert train.read_text() != textwrap.dedent(TRAIN)
     result = process_source(train.read_bytes(), str(train), Settings(level=Level.UNSAFE, select=("PM203",)))
-    assert not result.changed
     (chat,) = [f for f in result.findings if "apply_chat_template" in f.message.split(" ", 1)[0]]
+    assert not chat.applied
     assert "which perfmod cannot tabulate ahead: " + reason in chat.message
+
+
+@pytest.mark.usefixtures("project_imports")
+def test_a_padded_batch_in_the_else_of_a_compound_test_is_tabulated_under_its_negation(tmp_path, monkeypatch):
+    test = "                if use_chat_template:\n                    ids_list = []\n"
+    compound = "                if use_chat_template and batch_size > 0:\n                    ids_list = []\n"
+    recorded = TRAIN.replace(test, compound).replace(
+        "    for epoch in range(2):\n", "    history = []\n    for epoch in range(2):\n"
+    )
+    recorded = recorded.replace(
+        "            loss.backward()\n",
+        "            history.append(({k: v.clone() for k, v in scaffolds.items()}, loss.item()))\n"
+        "            loss.backward()\n",
+    )
+    train = _write(tmp_path, train=recorded + "    return history\n")
+    (tmp_path / "transformers.py").write_text(FAKE_TRANSFORMERS)
+    result = process_source(train.read_bytes(), str(train), Settings(level=Level.UNSAFE, select=("PM203",)))
+    rewritten = result.new_source.decode()
+    assert "        if not (use_chat_template and batch_size > 0):\n" in rewritten.split("for epoch")[0]
+    (tmp_path / "pkg" / "train_rewritten.py").write_text(rewritten)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    steps, rewritten_steps = _train(tmp_path, "train", False), _train(tmp_path, "train_rewritten", False)
+    assert len(steps) == len(rewritten_steps) == 6
+    for before, after in zip(steps, rewritten_steps):
+        assert all(torch.equal(before[0][name], after[0][name]) for name in before[0]) and before[1] == after[1]

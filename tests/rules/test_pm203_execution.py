@@ -43,12 +43,14 @@ def run(source: str) -> tuple[torch.Tensor, dict]:
     return printed, namespace
 
 
-def rewrite(text: str) -> str:
-    """`text` with PM203's fixes applied; every fixable finding must be applied (the
-    per-batch tokenization of the LatentWire fixture stays, reported)."""
-    result = process_source(text.encode(), "<fixture>", Settings(select=("PM203",)), [LoopInvariantTokenization])
+def rewrite(text: str, level: Level = Level.SAFE) -> str:
+    """`text` with PM203's fixes up to `level` applied; every one of them must be (the
+    per-batch tokenization of the LatentWire fixture is fixed at the unsafe level only)."""
+    settings = Settings(select=("PM203",), level=level)
+    result = process_source(text.encode(), "<fixture>", settings, [LoopInvariantTokenization])
     assert result.error is None, result.error
-    assert any(f.applied for f in result.findings) and all(f.applied for f in result.findings if f.fixable)
+    assert any(f.applied for f in result.findings)
+    assert all(f.applied for f in result.findings if f.fixable and f.level <= level)
     return result.new_source.decode()
 
 
@@ -73,6 +75,17 @@ def test_hoisted_tokenization_runs_once_and_trains_bit_for_bit(case, tokenizer, 
     assert len(before) >= 18
     assert torch.equal(after, before)
     assert (original[tokenizer].calls, rewritten[tokenizer].calls) == (calls_before, calls_after)
+
+
+def test_the_padded_questions_pretokenized_train_bit_for_bit():
+    """At the unsafe level the LatentWire fixture's questions, padded together every step,
+    are tokenized once each (64 texts; the scaffold is rendered and tokenized once) and padded by the tokenizer's `pad`."""
+    new_source = rewrite(source("latentwire_chat_scaffold"), Level.UNSAFE)
+    assert "tokenizer.pad(" in new_source
+    before, original = run(source("latentwire_chat_scaffold"))
+    after, rewritten = run(new_source)
+    assert len(before) >= 18 and torch.equal(after, before)
+    assert (original["tokenizer"].calls, rewritten["tokenizer"].calls) == (90, 66)
 
 
 def test_a_value_changed_in_place_is_not_hoisted_and_hoisting_it_would_change_the_losses():
