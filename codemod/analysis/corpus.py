@@ -121,6 +121,23 @@ class TextTable:
     region: cst.CSTNode
 
 
+@dataclass(frozen=True)
+class _PaddedBatch:
+    """The texts a padding tokenizer's call of the step tokenizes: `element` of each text
+    `variable` of `texts` (the call's own list where `texts` is None), the list comprehension
+    and its line that make them where they are made text by text, and how the step picks
+    them (`Corpus._picked_chain`)."""
+
+    receiver: cst.BaseExpression
+    given: cst.BaseExpression
+    element: cst.BaseExpression
+    variable: cst.Name
+    texts: cst.BaseExpression | None
+    comp: cst.ListComp | None
+    texts_line: cst.SimpleStatementLine | None
+    chain: tuple
+
+
 @dataclass
 class PaddedTable:
     """The step's texts of a corpus handed to a Hugging Face tokenizer together and padded to
@@ -777,48 +794,14 @@ class Corpus:
         texts the step picks (`text_table`'s conditions), with values the same on every step but
         for the item of `for ctx in contexts:` and names bound for them alone. None when `call`
         does not pad a list of the step's texts; the reason when a precondition fails."""
-        padding = kwarg(call, TOKENIZER_PADDING)
-        positional = [arg for arg in call.args if arg.keyword is None]
-        _, receiver = self._tokenizers.tokenizer_call(call)
-        if padding is None or self.context.source(padding.value) not in TOKENIZER_PAD_LONGEST:
+        batch = self._padded_batch(call, loop)
+        if batch is None:
             return None
-        if receiver is not call.func or len(positional) != 1 or positional[0].star:
-            return None
-        given = positional[0].value
-        picked = self._picked_chain(given, loop) if isinstance(given, cst.Name) else None
-        inline = (
-            isinstance(given, cst.ListComp) and _one_for(given) and reads_only(given.elt, given.for_in.target.value)
-        )
-        taken = {n.value for part in call_parts(call) for n in names_read(part)}
-        variable = cst.Name(next(n for n in ("text", "text_", "text__") if n not in taken))
-        if inline and corpus_of(given.elt) is not None:
-            # the texts picked in the call (`tok([docs[i] for i in idx], ...)`), each tokenized as it is
-            element, texts, comp, texts_line = variable, None, None, None
-            picked = ([], {}, corpus_of(given.elt), {}, [])
-        elif isinstance(picked, tuple) and not picked[0]:
-            # the texts the step picks themselves (`batch = [docs[i] for i in idx]`), each tokenized as it is
-            element, texts, comp, texts_line = variable, given, None, None
-        else:
-            found = self._texts_comp(given, loop)
-            if found is None:
-                return None
-            comp, texts_line = found
-            if not _one_for(comp) or not self._tokenizers.from_corpus(comp.for_in.iter, loop):
-                return None
-            element, variable, texts = comp.elt, comp.for_in.target, comp.for_in.iter
-        chain = picked if comp is None else self._picked_chain(texts, loop)
-        if isinstance(chain, str):
-            return None  # texts the step does not pick from a list: no table of them to make
-        if self._tokenizers.library(receiver) not in TOKENIZER_PAD_LIBRARIES:
-            return (
-                f"`{self.context.source(receiver)}` is not known to be a Hugging Face tokenizer, whose `pad` pads "
-                "texts tokenized one by one as its call pads them together"
-            )
-        if comp is not None and texts_line is None and isinstance(given, cst.Name):
-            return f"`{given.value}`, the list of texts, is used elsewhere too"
-        problem = self._padding_problem(call, loop)
+        problem = self._padded_batch_problem(call, loop, batch)
         if problem is not None:
             return problem
+        receiver, element, variable, texts = batch.receiver, batch.element, batch.variable, batch.texts
+        comp, texts_line, chain, given = batch.comp, batch.texts_line, batch.chain, batch.given
         line = self._index.first_enclosing(call, cst.SimpleStatementLine)
         before = self._made_with(element, variable, [comp, texts_line], line, loop)
         if isinstance(before, str):
@@ -865,6 +848,54 @@ class Corpus:
             corpus,
             region,
         )
+
+    def _padded_batch(self, call: cst.Call, loop: cst.CSTNode) -> _PaddedBatch | None:
+        """The list of the step's texts that `call`, a tokenizer's call padding to the longest,
+        tokenizes: picked in the call, picked by the step, or made text by text from texts the
+        step picks; None when it is none of these."""
+        padding = kwarg(call, TOKENIZER_PADDING)
+        positional = [arg for arg in call.args if arg.keyword is None]
+        _, receiver = self._tokenizers.tokenizer_call(call)
+        if padding is None or self.context.source(padding.value) not in TOKENIZER_PAD_LONGEST:
+            return None
+        if receiver is not call.func or len(positional) != 1 or positional[0].star:
+            return None
+        given = positional[0].value
+        picked = self._picked_chain(given, loop) if isinstance(given, cst.Name) else None
+        inline = (
+            isinstance(given, cst.ListComp) and _one_for(given) and reads_only(given.elt, given.for_in.target.value)
+        )
+        taken = {n.value for part in call_parts(call) for n in names_read(part)}
+        variable = cst.Name(next(n for n in ("text", "text_", "text__") if n not in taken))
+        if inline and corpus_of(given.elt) is not None:
+            # the texts picked in the call (`tok([docs[i] for i in idx], ...)`), each tokenized as it is
+            chain = ([], {}, corpus_of(given.elt), {}, [])
+            return _PaddedBatch(receiver, given, variable, variable, None, None, None, chain)
+        if isinstance(picked, tuple) and not picked[0]:
+            # the texts the step picks themselves (`batch = [docs[i] for i in idx]`), each tokenized as it is
+            return _PaddedBatch(receiver, given, variable, variable, given, None, None, picked)
+        found = self._texts_comp(given, loop)
+        if found is None:
+            return None
+        comp, texts_line = found
+        if not _one_for(comp) or not self._tokenizers.from_corpus(comp.for_in.iter, loop):
+            return None
+        chain = self._picked_chain(comp.for_in.iter, loop)
+        if isinstance(chain, str):
+            return None  # texts the step does not pick from a list: no table of them to make
+        return _PaddedBatch(receiver, given, comp.elt, comp.for_in.target, comp.for_in.iter, comp, texts_line, chain)
+
+    def _padded_batch_problem(self, call: cst.Call, loop: cst.CSTNode, batch: _PaddedBatch) -> str | None:
+        """Why the padded `batch` cannot be padded again from rows tokenized one by one: not a
+        Hugging Face tokenizer, the list used elsewhere, keywords `pad` does not take."""
+        if self._tokenizers.library(batch.receiver) not in TOKENIZER_PAD_LIBRARIES:
+            return (
+                f"`{self.context.source(batch.receiver)}` is not known to be a Hugging Face tokenizer, whose `pad` pads "
+                "texts tokenized one by one as its call pads them together"
+            )
+        if batch.comp is not None and batch.texts_line is None and isinstance(batch.given, cst.Name):
+            return f"`{batch.given.value}`, the list of texts, is used elsewhere too"
+        return self._padding_problem(call, loop)
 
     def _tokenizer_replaced(self, receiver: cst.BaseExpression, items: cst.For | None, region) -> str | None:
         """Why the known tokenizer `receiver` (`ctx.wrapper.tokenizer`) may be another object
