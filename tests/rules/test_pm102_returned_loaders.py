@@ -7,9 +7,6 @@ the same batches."""
 
 from __future__ import annotations
 
-import importlib
-import sys
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -18,6 +15,7 @@ from codemod.config import Settings
 from codemod.context import FileContext
 from codemod.engine import process_source
 from codemod.result import Level
+from tests.package_support import check_unsafe, run_main, write_package
 
 DATA = """\
 import torch
@@ -124,30 +122,6 @@ def mean_label():
 """
 
 
-def _project(root: Path, package: str, files: dict[str, str]) -> Path:
-    (root / "pyproject.toml").write_text("[project]\nname = 'demo'\n")
-    for name, text in {"__init__.py": "", "data.py": DATA, **files}.items():
-        path = root / package / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(textwrap.dedent(text).replace("{package}", package))
-    return root / package
-
-
-def _check(path: Path, *codes: str):
-    return process_source(path.read_bytes(), str(path), Settings(level=Level.UNSAFE, select=codes))
-
-
-def _run(root: Path, package: str):
-    """The package's `main` on the CPU, imported from `root` (and forgotten after)."""
-    sys.path.insert(0, str(root))
-    try:
-        return importlib.import_module(f"{package}.main").main()
-    finally:
-        sys.path.remove(str(root))
-        for name in [n for n in sys.modules if n == package or n.startswith(f"{package}.")]:
-            del sys.modules[name]
-
-
 @pytest.mark.parametrize(
     "form, files, copier",
     [
@@ -162,9 +136,9 @@ def _run(root: Path, package: str):
 )
 def test_a_returned_loader_is_pinned_where_it_is_built_and_gives_the_same_batches(tmp_path, form, files, copier):
     package = f"pinned_{form}"
-    folder = _project(tmp_path, package, {**files, "peek.py": PEEK})
+    folder = write_package(tmp_path, package, {"data.py": DATA, **files, "peek.py": PEEK})
     data = folder / "data.py"
-    result = _check(data, "PM102")
+    result = check_unsafe(data, "PM102")
     (found,) = result.findings
     assert found.applied
     copying = folder / ("run.py" if "run.py" in files else "main.py")
@@ -176,10 +150,10 @@ def test_a_returned_loader_is_pinned_where_it_is_built_and_gives_the_same_batche
     assert "(\n        ds, batch_size=batch_size, shuffle=True, pin_memory=torch.cuda.is_available()\n    )\n" in new
     assert _check_source(result.new_source, data) == []  # idempotent
     for user in folder.glob("*.py"):  # the files that use it say nothing of it
-        assert user == data or _check(user, "PM102").findings == [], user
-    before = _run(tmp_path, package)
+        assert user == data or check_unsafe(user, "PM102").findings == [], user
+    before = run_main(tmp_path, f"{package}.main")
     data.write_bytes(result.new_source)
-    after = _run(tmp_path, package)
+    after = run_main(tmp_path, f"{package}.main")
     assert len(before) >= 6 and all(a.equal(b) for a, b in zip(before, after, strict=True))
 
 
@@ -192,21 +166,21 @@ def _check_source(source: bytes, path: Path) -> list:
 
 
 def test_a_loader_no_caller_copies_to_the_gpu_gets_no_finding(tmp_path):
-    folder = _project(tmp_path, "pinned_host_only", {"stats.py": STATS, "peek.py": PEEK})
+    folder = write_package(tmp_path, "pinned_host_only", {"data.py": DATA, "stats.py": STATS, "peek.py": PEEK})
     for path in folder.glob("*.py"):
-        assert _check(path, "PM102").findings == [], path
+        assert check_unsafe(path, "PM102").findings == [], path
 
 
 def test_a_caller_that_keeps_the_batches_on_the_host_is_the_reason_given_where_the_loader_is_built(tmp_path):
     package = "pinned_mixed"
-    folder = _project(tmp_path, package, {"main.py": IN_LOOP, "stats.py": STATS})
-    (found,) = _check(folder / "data.py", "PM102").findings
+    folder = write_package(tmp_path, package, {"data.py": DATA, "main.py": IN_LOOP, "stats.py": STATS})
+    (found,) = check_unsafe(folder / "data.py", "PM102").findings
     assert not found.fixable
     assert found.message.endswith(
         f"not pinned: `{package}.stats.mean_label` ({package}/stats.py:6) takes its batches too and copies none of "
         "them to a device in its loop on line 6, where pinning would only cost a copy"
     )
-    assert _check(folder / "main.py", "PM102").findings == []  # reported where it is built, not again here
+    assert check_unsafe(folder / "main.py", "PM102").findings == []  # reported where it is built, not again here
 
 
 GET_DEVICE = """\
@@ -234,10 +208,10 @@ def main():
 
 
 def test_a_copy_to_a_device_a_project_function_names_of_a_batch_in_another_dtype_is_seen(tmp_path):
-    folder = _project(tmp_path, "pinned_devices", {"devices.py": GET_DEVICE, "main.py": COPIES})
+    folder = write_package(tmp_path, "pinned_devices", {"data.py": DATA, "devices.py": GET_DEVICE, "main.py": COPIES})
     main = folder / "main.py"
     context = FileContext.of_source(main.read_text(), str(main), Settings())
     (feed,) = context.loaders.feeds
     (copy,) = context.loaders.copies_to_device(feed.loop, feed.target)
     assert context.source(copy.call) == "tokens.to(DEVICE)" and copy.device.value == "DEVICE"
-    assert _check(folder / "data.py", "PM102").findings[0].applied
+    assert check_unsafe(folder / "data.py", "PM102").findings[0].applied

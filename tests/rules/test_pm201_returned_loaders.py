@@ -5,9 +5,6 @@ and not reported again in the files that use it."""
 
 from __future__ import annotations
 
-import importlib
-import sys
-import textwrap
 from pathlib import Path
 
 from codemod.analysis.project import project_of
@@ -15,6 +12,7 @@ from codemod.config import Settings
 from codemod.context import FileContext
 from codemod.engine import process_source
 from codemod.result import Level
+from tests.package_support import check_unsafe, run_main, write_package
 
 DATA = """\
 import torch
@@ -78,35 +76,11 @@ def mean_label():
 """
 
 
-def _project(root: Path, package: str, files: dict[str, str]) -> Path:
-    (root / "pyproject.toml").write_text("[project]\nname = 'demo'\n")
-    for name, text in {"__init__.py": "", **files}.items():
-        path = root / package / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(textwrap.dedent(text).replace("{package}", package))
-    return root / package
-
-
-def _check(path: Path, *codes: str):
-    return process_source(path.read_bytes(), str(path), Settings(level=Level.UNSAFE, select=codes))
-
-
-def _run(root: Path, package: str) -> list[float]:
-    """The package's training on the CPU, imported from `root` (and forgotten after)."""
-    sys.path.insert(0, str(root))
-    try:
-        return importlib.import_module(f"{package}.train").main()
-    finally:
-        sys.path.remove(str(root))
-        for name in [n for n in sys.modules if n == package or n.startswith(f"{package}.")]:
-            del sys.modules[name]
-
-
 def test_a_returned_loader_is_fixed_where_it_is_built_and_trains_the_same(tmp_path, monkeypatch):
     package = "returned_fixed"
-    folder = _project(tmp_path, package, {"data.py": DATA, "train.py": TRAIN})
+    folder = write_package(tmp_path, package, {"data.py": DATA, "train.py": TRAIN})
     data, train = folder / "data.py", folder / "train.py"
-    result = _check(data, "PM102", "PM201")
+    result = check_unsafe(data, "PM102", "PM201")
     found = {f.code: f for f in result.findings}
     assert sorted(found) == ["PM102", "PM201"] and all(f.applied for f in found.values()), result.findings
     assert f"returned on line 17 to {package}/train.py:11, feeds the training loop of `main`" in found["PM201"].message
@@ -117,7 +91,7 @@ def test_a_returned_loader_is_fixed_where_it_is_built_and_trains_the_same(tmp_pa
     assert "pin_memory=torch.cuda.is_available()," in new  # the device is a parameter: maybe the CPU
     # The file that uses the loader reports no workers for it: they are given where it is built;
     # and the shared fact says that its pin_memory is decided there too.
-    assert _check(train, "PM201").findings == []
+    assert check_unsafe(train, "PM201").findings == []
     context = FileContext.of_source(train.read_text(), str(train), Settings())
     built = context.loaders.feeds[0].loader  # the construction, as the analysis of data.py reads it
     _, factory, _ = context.loaders.external[id(built)]
@@ -125,10 +99,10 @@ def test_a_returned_loader_is_fixed_where_it_is_built_and_trains_the_same(tmp_pa
     assert factory.context.loaders.trained_where_built(built)
     # Idempotent, and the same losses with the workers (one, a fork of this process) as without.
     assert _check_source(result.new_source, data, "PM102", "PM201") == []
-    before = _run(tmp_path, package)
+    before = run_main(tmp_path, f"{package}.train")
     data.write_bytes(result.new_source)
     monkeypatch.setenv("PERFMOD_NUM_WORKERS", "1")
-    after = _run(tmp_path, package)
+    after = run_main(tmp_path, f"{package}.train")
     assert len(before) == 8 and before == after
 
 
@@ -137,14 +111,14 @@ def _check_source(source: bytes, path: Path, *codes: str) -> list:
 
 
 def test_a_caller_that_keeps_the_batches_on_the_host_leaves_the_loader_unpinned(tmp_path):
-    folder = _project(tmp_path, "returned_host", {"data.py": DATA, "train.py": TRAIN, "stats.py": STATS})
+    folder = write_package(tmp_path, "returned_host", {"data.py": DATA, "train.py": TRAIN, "stats.py": STATS})
     data = folder / "data.py"
-    result = _check(data, "PM102", "PM201")
+    result = check_unsafe(data, "PM102", "PM201")
     # workers still pay; pinning would cost the host caller a copy: said where the loader is built
     assert [(f.code, f.applied) for f in result.findings] == [("PM102", False), ("PM201", True)]
     assert "not pinned: `returned_host.stats.mean_label` (returned_host/stats.py:5)" in result.findings[0].message
     assert "pin_memory" not in result.new_source.decode()
-    assert _check(folder / "train.py", "PM102").findings == []
+    assert check_unsafe(folder / "train.py", "PM102").findings == []
     context = FileContext.of_source(data.read_text(), str(data), Settings())
     loader = context.loaders.constructions[0]
     returned = context.loaders.returned[id(loader)]
@@ -161,12 +135,12 @@ def test_the_package_is_read_as_text_first(tmp_path):
         "deep/run.py": TRAIN,
         "other.py": "import torch\nx = torch.zeros(3)\n",
     }
-    folder = _project(tmp_path, "returned_deep", files)
+    folder = write_package(tmp_path, "returned_deep", files)
     data = folder / "data.py"
     context = FileContext.of_source(data.read_text(), str(data), Settings())
     importers = project_of(context).package_importers()
     assert [Path(m.path).relative_to(folder).as_posix() for m in importers] == ["deep/run.py"]
-    found = _check(data, "PM201").findings
+    found = check_unsafe(data, "PM201").findings
     assert [f.applied for f in found] == [True] and "returned_deep/deep/run.py:11" in found[0].message
 
 
@@ -215,13 +189,13 @@ def test_a_dataset_changed_between_epochs_gets_workers_that_are_not_persistent(t
     data = DATA.replace(
         "    def __len__(self):\n", "    def set_epoch(self, epoch):\n        pass\n\n    def __len__(self):\n"
     )
-    folder = _project(tmp_path, "returned_epochs", {"data.py": data, "utils.py": FOREVER, "loop.py": LOOP})
-    result = _check(folder / "data.py", "PM201")
+    folder = write_package(tmp_path, "returned_epochs", {"data.py": data, "utils.py": FOREVER, "loop.py": LOOP})
+    result = check_unsafe(folder / "data.py", "PM201")
     (found,) = result.findings
     assert found.applied and "`dl.dataset.set_epoch(epoch)` in `forever` (returned_epochs/utils.py:9)" in found.message
     new = result.new_source.decode()
     assert "num_workers=default_num_workers()" in new and "persistent_workers" not in new
-    assert _check(folder / "loop.py", "PM201").findings == []
+    assert check_unsafe(folder / "loop.py", "PM201").findings == []
 
 
 def test_scripts_beside_each_other_outside_a_package(tmp_path):
@@ -231,7 +205,7 @@ def test_scripts_beside_each_other_outside_a_package(tmp_path):
     (tmp_path / "train.py").write_text(TRAIN.replace("from {package}.data import", "from data import"))
     (tmp_path / "sub").mkdir()
     (tmp_path / "sub" / "other.py").write_text(STATS.replace("from .data import", "from data import"))
-    found = _check(tmp_path / "data.py", "PM102", "PM201").findings
+    found = check_unsafe(tmp_path / "data.py", "PM102", "PM201").findings
     assert sorted((f.code, f.applied) for f in found) == [("PM102", True), ("PM201", True)]  # sub/ is not beside it
     assert "returned on line 17 to train.py:11" in next(f.message for f in found if f.code == "PM201")
 
@@ -240,13 +214,13 @@ def test_a_cached_answer_goes_stale_when_a_module_of_the_package_starts_importin
     """What the package's modules do with the loader decides the fix where it is built: the
     result records every file and folder it read, so a new caller, or an edit that makes an
     existing module call it, is seen by the next run."""
-    folder = _project(tmp_path, "returned_stale", {"data.py": DATA, "other.py": "x = 1\n"})
+    folder = write_package(tmp_path, "returned_stale", {"data.py": DATA, "other.py": "x = 1\n"})
     data = folder / "data.py"
-    result = _check(data, "PM201")
+    result = check_unsafe(data, "PM201")
     assert result.findings == []  # nothing in the package trains on it
     stamps = {Path(stamp.path) for stamp in result.dependencies}
     assert {folder, folder / "other.py"} <= stamps and data not in stamps
     assert all(stamp.fresh() for stamp in result.dependencies)
     (folder / "train.py").write_text(TRAIN.replace("{package}", "returned_stale"))
     assert not all(stamp.fresh() for stamp in result.dependencies)
-    assert [f.code for f in _check(data, "PM201").findings] == ["PM201"]
+    assert [f.code for f in check_unsafe(data, "PM201").findings] == ["PM201"]
