@@ -647,6 +647,47 @@ NN_MODULE_METHODS: dict[str, ModuleMethod] = {
 }
 
 
+# The `nn` layers whose parameters perfmod counts, by their class name in torch.nn.
+@dataclass(frozen=True)
+class SizedLayer:
+    # The constructor's first arguments in torch's order, with their defaults (None: required):
+    # the sizes its parameters follow from, and those before them.
+    arguments: tuple[tuple[str, object], ...]
+    gates: int | None = None  # a recurrent layer's weight matrices per layer and direction
+
+
+_CONVOLUTION_ARGUMENTS = (
+    ("in_channels", None), ("out_channels", None), ("kernel_size", None), ("stride", 1), ("padding", 0),
+)  # fmt: skip
+_CONVOLUTION = SizedLayer((*_CONVOLUTION_ARGUMENTS, ("dilation", 1), ("groups", 1), ("bias", True)))
+_TRANSPOSED_CONVOLUTION = SizedLayer(
+    (*_CONVOLUTION_ARGUMENTS, ("output_padding", 0), ("groups", 1), ("bias", True), ("dilation", 1))
+)
+_BATCH_NORM = SizedLayer(
+    (("num_features", None), ("eps", 1e-5), ("momentum", 0.1), ("affine", True), ("track_running_stats", True))
+)
+_INSTANCE_NORM = SizedLayer(
+    (("num_features", None), ("eps", 1e-5), ("momentum", 0.1), ("affine", False), ("track_running_stats", False))
+)
+_RECURRENT_ARGUMENTS = (
+    ("input_size", None), ("hidden_size", None), ("num_layers", 1), ("bias", True), ("batch_first", False),
+    ("dropout", 0.0), ("bidirectional", False),
+)  # fmt: skip
+SIZED_LAYERS: dict[str, SizedLayer] = {
+    "Linear": SizedLayer((("in_features", None), ("out_features", None), ("bias", True))),
+    **dict.fromkeys(("Conv1d", "Conv2d", "Conv3d"), _CONVOLUTION),
+    **dict.fromkeys(("ConvTranspose1d", "ConvTranspose2d", "ConvTranspose3d"), _TRANSPOSED_CONVOLUTION),
+    **dict.fromkeys(("Embedding", "EmbeddingBag"), SizedLayer((("num_embeddings", None), ("embedding_dim", None)))),
+    "LayerNorm": SizedLayer((("normalized_shape", None), ("eps", 1e-5), ("elementwise_affine", True), ("bias", True))),
+    **dict.fromkeys(("BatchNorm1d", "BatchNorm2d", "BatchNorm3d"), _BATCH_NORM),
+    "GroupNorm": SizedLayer((("num_groups", None), ("num_channels", None), ("eps", 1e-5), ("affine", True))),
+    **dict.fromkeys(("InstanceNorm1d", "InstanceNorm2d", "InstanceNorm3d"), _INSTANCE_NORM),
+    "LSTM": SizedLayer(_RECURRENT_ARGUMENTS, gates=4),
+    "GRU": SizedLayer(_RECURRENT_ARGUMENTS, gates=3),
+    "RNN": SizedLayer(_RECURRENT_ARGUMENTS, gates=1),
+}
+
+
 def functions(*categories: Category, **facts: object) -> frozenset[str]:
     """Qualified names of the torch functions and classes in `categories` (every
     category of operations when none is given) whose facts have the values given
