@@ -671,9 +671,9 @@ TOTALS = frozenset({"torch.sum", "torch.mean"})
 TORCH_COMPILERS = ("torch.compile",)
 # Context managers under which no autograd graph is recorded.
 GRAD_FREE_CONTEXTS = ("torch.no_grad", "torch.inference_mode")
-# In-place tensor methods that reset a `.grad` by hand, and those of them that write zeros.
-GRAD_RESET_METHODS = frozenset({"zero_", "fill_", "detach_", "requires_grad_"})
-GRAD_ZEROING_METHODS = frozenset({"zero_", "fill_"})
+# In-place tensor methods that reset a `.grad` by hand, and those of them that may write zeros.
+GRAD_ZEROING_METHODS = methods(fills=True)
+GRAD_RESET_METHODS = GRAD_ZEROING_METHODS | {"detach_", "requires_grad_"}
 # Methods that return a new tensor from the one they are given rather than change it
 # (`GradScaler.scale(loss)` returns the scaled loss).
 SCALER_METHODS_RETURNING_NEW = frozenset({"scale"})

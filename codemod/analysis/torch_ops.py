@@ -220,6 +220,7 @@ class Op:
     # total norm) or is told (a value): the clipping of a step (not `clip_grads_with_norm_`,
     # which is handed a norm computed before it).
     clips: bool = False
+    fills: bool = False  # it writes one value to every element, whatever they held (`zero_`, `fill_`)
 
     @property
     def placement(self) -> Placement:
@@ -365,7 +366,8 @@ ENTRIES: list[Op] = [
     *_ops(Category.UNARY, "abs neg", prefixes=("torch.", METHOD), dtype=KEPT),
     *_ops(Category.UNARY, "isnan isinf isfinite", prefixes=("torch.", METHOD), dtype="bool", tests_finiteness=True),
     *_ops(Category.UNARY, "logical_not", prefixes=("torch.", METHOD), dtype="bool"),
-    *_ops(Category.UNARY, "exp_ sigmoid_ tanh_ relu_", prefixes=(METHOD,)),
+    *_ops(Category.UNARY, "exp_ sigmoid_ tanh_ relu_ clamp_", prefixes=(METHOD,)),
+    *_ops(Category.UNARY, "zero_ fill_", prefixes=(METHOD,), fills=True),
     *_ops(Category.BINARY, "pow mul add sub div float_power lerp masked_fill", prefixes=(METHOD,)),
     *_ops(Category.BINARY, "pow where"),
     *_ops(Category.BINARY, "eq ne lt le gt ge", prefixes=("torch.", METHOD), dtype="bool"),

@@ -38,6 +38,8 @@ from codemod.analysis.torch_ops import (
 # Arguments beyond the tensor for entries that need them.
 EXTRA = {
     "clamp": {"min": 0.0},
+    "clamp_": {"min": 0.0},
+    "fill_": (0.5,),
     "clamp_min": (0.0,),
     "clamp_max": (0.0,),
     "softmax": {"dim": -1},
@@ -847,3 +849,11 @@ def test_only_the_recurrent_layers_have_gates():
     assert {name for name, layer in SIZED_LAYERS.items() if layer.gates} == {
         name for name in SIZED_LAYERS if issubclass(getattr(torch.nn, name), torch.nn.RNNBase)
     }
+
+
+@pytest.mark.parametrize("name", sorted(methods(fills=True)))
+def test_filling_methods_write_one_value_to_every_element(name):
+    tensor = torch.randn(2, 3)
+    arguments = EXTRA.get(name, ())
+    getattr(tensor, name)(*arguments)
+    assert torch.equal(tensor, torch.full((2, 3), float(arguments[0]) if arguments else 0.0))
