@@ -10,8 +10,10 @@ containers, autocast, gradient scalers, a process's device and rank queries)
 have entries too, in categories the views over every category leave out.
 Beside it, the tables of a tensor's attributes (`ATTRIBUTES`: views, metadata,
 its gradient), of a module's methods (`NN_MODULE_METHODS`: those that return
-it, keep it where it is, add hooks, set attributes) and of torch's dtypes
-(`DTYPES`: their names, sizes and the methods that cast to them).
+it, keep it where it is, add hooks, set attributes), of torch's dtypes
+(`DTYPES`: their names, sizes and the methods that cast to them) and of the
+layers whose parameters perfmod counts (`SIZED_LAYERS`: their constructor's
+arguments, a recurrent layer's gates).
 
 Analyses and rules ask this table (through `torch_facts`, its view as the name
 sets they test membership in) instead of keeping lists of their own, so a fact
@@ -21,7 +23,8 @@ exists, every in-place method is the `_` twin of an entry, each loss's
 default reduction and ignore_index are torch's, each shape rule and
 last-dims entry gives, on a small tensor, what the table says, each
 method's result is where and of the dtype the table says, the module classes
-are torch.nn's, and each attribute is on a tensor what its entry says.
+are torch.nn's, each attribute is on a tensor what its entry says, and each
+sized layer's arguments and gates are its constructor's and its weights'.
 
 Names are qualified as `names.of` spells them (`torch.nn.functional.cross_entropy`);
 methods are keyed `Tensor.<name>`.
