@@ -32,6 +32,7 @@ from codemod.analysis.torch_ops import (
     KEPT,
     NN_MODULE_METHODS,
     OPS,
+    SIZED_LAYERS,
     Category,
     Loss,
     Placement,
@@ -359,6 +360,13 @@ RECURRENCE_FUNCTION_NAMES = short(functions(recurrence=True))
 # Tensor methods (and attributes) a state may go through in such a loop.
 RECURRENCE_METHODS = methods(recurrence=True) | attributes(recurrence=True)
 
+# -- layers --------------------------------------------------------------------------------
+
+# The layers of torch.nn whose parameters perfmod counts: the names of the constructor's
+# arguments in order, with their defaults. `Layer.parameters` and `Layer.matmul` read them.
+NN_LAYER_ARGUMENTS = {name: layer.arguments for name, layer in SIZED_LAYERS.items()}
+RNN_GATES = {name: layer.gates for name, layer in SIZED_LAYERS.items() if layer.gates}  # per layer and direction
+
 
 # ==========================================================================================
 # torch, written here: its other objects (data loading, optimizers, processes, devices) and
@@ -636,32 +644,6 @@ OPTIMIZER_STATES = {
     "torch.optim.Rprop": (2, ()),
     "torch.optim.ASGD": (1, ()),
 }
-# The layers of torch.nn whose parameters perfmod counts, as data: the names of the constructor's
-# arguments in order, with their defaults. `Layer.parameters` and `Layer.matmul` read them.
-NN_LAYER_ARGUMENTS = {
-    "Linear": (("in_features", None), ("out_features", None), ("bias", True)),
-    "Conv1d": (("in_channels", None), ("out_channels", None), ("kernel_size", None), ("stride", 1), ("padding", 0),
-               ("dilation", 1), ("groups", 1), ("bias", True)),
-    "Embedding": (("num_embeddings", None), ("embedding_dim", None)),
-    "EmbeddingBag": (("num_embeddings", None), ("embedding_dim", None)),
-    "LayerNorm": (("normalized_shape", None), ("eps", 1e-5), ("elementwise_affine", True), ("bias", True)),
-    "BatchNorm1d": (("num_features", None), ("eps", 1e-5), ("momentum", 0.1), ("affine", True),
-                    ("track_running_stats", True)),
-    "GroupNorm": (("num_groups", None), ("num_channels", None), ("eps", 1e-5), ("affine", True)),
-    "InstanceNorm1d": (("num_features", None), ("eps", 1e-5), ("momentum", 0.1), ("affine", False),
-                       ("track_running_stats", False)),
-    "LSTM": (("input_size", None), ("hidden_size", None), ("num_layers", 1), ("bias", True), ("batch_first", False),
-             ("dropout", 0.0), ("bidirectional", False)),
-}  # fmt: skip
-for _kind, _dims in (("Conv", "2d 3d"), ("ConvTranspose", "1d 2d 3d")):
-    for _dim in _dims.split():
-        NN_LAYER_ARGUMENTS[_kind + _dim] = NN_LAYER_ARGUMENTS["Conv1d"]
-NN_LAYER_ARGUMENTS.update(
-    {name: NN_LAYER_ARGUMENTS["BatchNorm1d"] for name in ("BatchNorm2d", "BatchNorm3d")}
-    | {name: NN_LAYER_ARGUMENTS["InstanceNorm1d"] for name in ("InstanceNorm2d", "InstanceNorm3d")}
-    | {name: NN_LAYER_ARGUMENTS["LSTM"] for name in ("GRU", "RNN")}
-)
-RNN_GATES = {"LSTM": 4, "GRU": 3, "RNN": 1}  # weight matrices per layer and direction
 # Layers of torch.nn without parameters or buffers (activations, pooling, dropout, reshaping).
 NN_STATELESS = frozenset(
     f"torch.nn.{name}"
@@ -689,9 +671,9 @@ TOTALS = frozenset({"torch.sum", "torch.mean"})
 TORCH_COMPILERS = ("torch.compile",)
 # Context managers under which no autograd graph is recorded.
 GRAD_FREE_CONTEXTS = ("torch.no_grad", "torch.inference_mode")
-# In-place tensor methods that reset a `.grad` by hand, and those of them that write zeros.
-GRAD_RESET_METHODS = frozenset({"zero_", "fill_", "detach_", "requires_grad_"})
-GRAD_ZEROING_METHODS = frozenset({"zero_", "fill_"})
+# In-place tensor methods that reset a `.grad` by hand, and those of them that may write zeros.
+GRAD_ZEROING_METHODS = methods(fills=True)
+GRAD_RESET_METHODS = GRAD_ZEROING_METHODS | {"detach_", "requires_grad_"}
 # Methods that return a new tensor from the one they are given rather than change it
 # (`GradScaler.scale(loss)` returns the scaled loss).
 SCALER_METHODS_RETURNING_NEW = frozenset({"scale"})

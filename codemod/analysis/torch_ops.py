@@ -10,8 +10,10 @@ containers, autocast, gradient scalers, a process's device and rank queries)
 have entries too, in categories the views over every category leave out.
 Beside it, the tables of a tensor's attributes (`ATTRIBUTES`: views, metadata,
 its gradient), of a module's methods (`NN_MODULE_METHODS`: those that return
-it, keep it where it is, add hooks, set attributes) and of torch's dtypes
-(`DTYPES`: their names, sizes and the methods that cast to them).
+it, keep it where it is, add hooks, set attributes), of torch's dtypes
+(`DTYPES`: their names, sizes and the methods that cast to them) and of the
+layers whose parameters perfmod counts (`SIZED_LAYERS`: their constructor's
+arguments, a recurrent layer's gates).
 
 Analyses and rules ask this table (through `torch_facts`, its view as the name
 sets they test membership in) instead of keeping lists of their own, so a fact
@@ -21,7 +23,8 @@ exists, every in-place method is the `_` twin of an entry, each loss's
 default reduction and ignore_index are torch's, each shape rule and
 last-dims entry gives, on a small tensor, what the table says, each
 method's result is where and of the dtype the table says, the module classes
-are torch.nn's, and each attribute is on a tensor what its entry says.
+are torch.nn's, each attribute is on a tensor what its entry says, and each
+sized layer's arguments and gates are its constructor's and its weights'.
 
 Names are qualified as `names.of` spells them (`torch.nn.functional.cross_entropy`);
 methods are keyed `Tensor.<name>`.
@@ -220,6 +223,7 @@ class Op:
     # total norm) or is told (a value): the clipping of a step (not `clip_grads_with_norm_`,
     # which is handed a norm computed before it).
     clips: bool = False
+    fills: bool = False  # it writes one value to every element, whatever they held (`zero_`, `fill_`)
 
     @property
     def placement(self) -> Placement:
@@ -365,7 +369,8 @@ ENTRIES: list[Op] = [
     *_ops(Category.UNARY, "abs neg", prefixes=("torch.", METHOD), dtype=KEPT),
     *_ops(Category.UNARY, "isnan isinf isfinite", prefixes=("torch.", METHOD), dtype="bool", tests_finiteness=True),
     *_ops(Category.UNARY, "logical_not", prefixes=("torch.", METHOD), dtype="bool"),
-    *_ops(Category.UNARY, "exp_ sigmoid_ tanh_ relu_", prefixes=(METHOD,)),
+    *_ops(Category.UNARY, "exp_ sigmoid_ tanh_ relu_ clamp_", prefixes=(METHOD,)),
+    *_ops(Category.UNARY, "zero_ fill_", prefixes=(METHOD,), fills=True),
     *_ops(Category.BINARY, "pow mul add sub div float_power lerp masked_fill", prefixes=(METHOD,)),
     *_ops(Category.BINARY, "pow where"),
     *_ops(Category.BINARY, "eq ne lt le gt ge", prefixes=("torch.", METHOD), dtype="bool"),
@@ -644,6 +649,47 @@ NN_MODULE_METHODS: dict[str, ModuleMethod] = {
         ModuleMethod("register_parameter", sets="param"),
         *_module_methods("add_module register_module", sets="module"),
     )
+}
+
+
+# The `nn` layers whose parameters perfmod counts, by their class name in torch.nn.
+@dataclass(frozen=True)
+class SizedLayer:
+    # The constructor's first arguments in torch's order, with their defaults (None: required):
+    # the sizes its parameters follow from, and those before them.
+    arguments: tuple[tuple[str, object], ...]
+    gates: int | None = None  # a recurrent layer's weight matrices per layer and direction
+
+
+_CONVOLUTION_ARGUMENTS = (
+    ("in_channels", None), ("out_channels", None), ("kernel_size", None), ("stride", 1), ("padding", 0),
+)  # fmt: skip
+_CONVOLUTION = SizedLayer((*_CONVOLUTION_ARGUMENTS, ("dilation", 1), ("groups", 1), ("bias", True)))
+_TRANSPOSED_CONVOLUTION = SizedLayer(
+    (*_CONVOLUTION_ARGUMENTS, ("output_padding", 0), ("groups", 1), ("bias", True), ("dilation", 1))
+)
+_BATCH_NORM = SizedLayer(
+    (("num_features", None), ("eps", 1e-5), ("momentum", 0.1), ("affine", True), ("track_running_stats", True))
+)
+_INSTANCE_NORM = SizedLayer(
+    (("num_features", None), ("eps", 1e-5), ("momentum", 0.1), ("affine", False), ("track_running_stats", False))
+)
+_RECURRENT_ARGUMENTS = (
+    ("input_size", None), ("hidden_size", None), ("num_layers", 1), ("bias", True), ("batch_first", False),
+    ("dropout", 0.0), ("bidirectional", False),
+)  # fmt: skip
+SIZED_LAYERS: dict[str, SizedLayer] = {
+    "Linear": SizedLayer((("in_features", None), ("out_features", None), ("bias", True))),
+    **dict.fromkeys(("Conv1d", "Conv2d", "Conv3d"), _CONVOLUTION),
+    **dict.fromkeys(("ConvTranspose1d", "ConvTranspose2d", "ConvTranspose3d"), _TRANSPOSED_CONVOLUTION),
+    **dict.fromkeys(("Embedding", "EmbeddingBag"), SizedLayer((("num_embeddings", None), ("embedding_dim", None)))),
+    "LayerNorm": SizedLayer((("normalized_shape", None), ("eps", 1e-5), ("elementwise_affine", True), ("bias", True))),
+    **dict.fromkeys(("BatchNorm1d", "BatchNorm2d", "BatchNorm3d"), _BATCH_NORM),
+    "GroupNorm": SizedLayer((("num_groups", None), ("num_channels", None), ("eps", 1e-5), ("affine", True))),
+    **dict.fromkeys(("InstanceNorm1d", "InstanceNorm2d", "InstanceNorm3d"), _INSTANCE_NORM),
+    "LSTM": SizedLayer(_RECURRENT_ARGUMENTS, gates=4),
+    "GRU": SizedLayer(_RECURRENT_ARGUMENTS, gates=3),
+    "RNN": SizedLayer(_RECURRENT_ARGUMENTS, gates=1),
 }
 
 

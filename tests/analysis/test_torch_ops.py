@@ -26,6 +26,7 @@ from codemod.analysis.torch_ops import (
     NAMED,
     NN_MODULE_METHODS,
     OPS,
+    SIZED_LAYERS,
     Category,
     Placement,
     Shape,
@@ -37,6 +38,8 @@ from codemod.analysis.torch_ops import (
 # Arguments beyond the tensor for entries that need them.
 EXTRA = {
     "clamp": {"min": 0.0},
+    "clamp_": {"min": 0.0},
+    "fill_": (0.5,),
     "clamp_min": (0.0,),
     "clamp_max": (0.0,),
     "softmax": {"dim": -1},
@@ -817,3 +820,40 @@ def test_pure_entries_change_nothing_and_draw_nothing():
             assert not (op.random or op.in_place), name
             assert op.category not in (Category.SAVE, Category.GRAD_NORM, Category.AUTOGRAD, Category.MEMORY), name
     assert not OPS["torch.nn.Linear"].pure and OPS["torch.nn.CrossEntropyLoss"].pure
+
+
+def _constructor_arguments(layer: type[torch.nn.Module]) -> list[tuple[str, object]]:
+    """The arguments of a layer's constructor in order, with their defaults (None: required);
+    the recurrent layers take `*args` and hand them to RNNBase after their `mode`."""
+    init = torch.nn.RNNBase.__init__ if issubclass(layer, torch.nn.RNNBase) else layer.__init__
+    parameters = list(inspect.signature(init).parameters.values())[1:]
+    if issubclass(layer, torch.nn.RNNBase):
+        parameters = parameters[1:]
+    return [(p.name, None if p.default is inspect.Parameter.empty else p.default) for p in parameters]
+
+
+@pytest.mark.parametrize("name", sorted(SIZED_LAYERS))
+def test_each_sized_layers_arguments_are_its_constructors_first(name):
+    arguments = SIZED_LAYERS[name].arguments
+    assert _constructor_arguments(getattr(torch.nn, name))[: len(arguments)] == list(arguments)
+
+
+@pytest.mark.parametrize("name", sorted(name for name, layer in SIZED_LAYERS.items() if layer.gates))
+def test_each_recurrent_layers_gates_are_its_weight_matrices(name):
+    layer = getattr(torch.nn, name)(input_size=3, hidden_size=5)
+    assert layer.weight_ih_l0.shape == (SIZED_LAYERS[name].gates * 5, 3)
+    assert layer.weight_hh_l0.shape == (SIZED_LAYERS[name].gates * 5, 5)
+
+
+def test_only_the_recurrent_layers_have_gates():
+    assert {name for name, layer in SIZED_LAYERS.items() if layer.gates} == {
+        name for name in SIZED_LAYERS if issubclass(getattr(torch.nn, name), torch.nn.RNNBase)
+    }
+
+
+@pytest.mark.parametrize("name", sorted(methods(fills=True)))
+def test_filling_methods_write_one_value_to_every_element(name):
+    tensor = torch.randn(2, 3)
+    arguments = EXTRA.get(name, ())
+    getattr(tensor, name)(*arguments)
+    assert torch.equal(tensor, torch.full((2, 3), float(arguments[0]) if arguments else 0.0))

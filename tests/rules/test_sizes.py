@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import libcst as cst
 import pytest
+import torch
 
 from codemod.analysis.sizes import MIN_COPY_BYTES, MIN_SAVE_BYTES, ModuleSize, memory_bound, sizes_of
 from codemod.analysis.torch_facts import TORCH_SAVES
@@ -820,3 +821,11 @@ def test_the_bytes_of_a_batch_of_rows_of_tensors(tensors, batch_size, expected):
     printed = next(c for c in ctx.index.find(cst.Call) if ctx.source(c) == "print(X, Y, bs)")
     x, y, bs = (arg.value for arg in printed.args)
     assert sizes_of(ctx).rows_batch_bytes([x, y], bs) == expected
+
+
+def test_a_transposed_convolution_built_with_every_positional_argument_is_sized_as_torch_builds_it():
+    # ConvTranspose's fifth argument is `output_padding` and its ninth `dilation` (not Conv's order)
+    arguments = (4, 8, 3, 2, 1, 1, 2, False, 2)
+    code = f"import torch.nn as nn\nnet = nn.ConvTranspose2d{arguments}\n"
+    built = torch.nn.ConvTranspose2d(*arguments)
+    assert module_of_net(code).parameters == sum(parameter.numel() for parameter in built.parameters())
