@@ -96,7 +96,7 @@ def test_copy_of_a_loader_every_caller_builds_pinned_is_fixed_and_trains_the_sam
     ("pin", "handed"),
     [
         ("False", ""),  # a caller's loader is not pinned
-        (PINNED, "steps_by_name = {\"optimize\": run.optimize}"),  # handed on: called where perfmod cannot see
+        (PINNED, 'steps_by_name = {"optimize": run.optimize}'),  # handed on: called where perfmod cannot see
     ],
     ids=["unpinned", "handed-on"],
 )
