@@ -776,12 +776,13 @@ def test_loader_settings_passed_in_by_the_module_that_starts_the_training(tmp_pa
     `main.py` (a module that imports `train.py`, not one it imports) fills with
     `pin_memory` and `num_workers` under CUDA and hands to each `mp.Process`. Neither
     is missing, so neither is reported; a `main.py` that sets neither gets both reports,
-    and the cache entry records `main.py` as read."""
+    and the cache entry records `main.py` as read, and the folder whose files were read
+    for what the callers of `train` pass (a new module there could call it too)."""
     root = _project(tmp_path, {"train.py": HOGWILD_TRAIN, "main.py": HOGWILD_MAIN})
     result = _check(root / "train.py", "PM102", "PM201")
     assert result.error is None, result.error
     assert [f.code for f in result.findings] == []
-    assert {Path(d.path).name for d in result.dependencies} == {"main.py"}
+    assert {Path(d.path).name for d in result.dependencies} == {"main.py", root.name}
 
     (root / "main.py").write_text(HOGWILD_MAIN.replace('"num_workers": 1, "pin_memory": True', '"drop_last": True'))
     result = _check(root / "train.py", "PM102", "PM201")
