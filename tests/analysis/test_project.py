@@ -864,3 +864,32 @@ def test_a_class_star_imported_through_a_packages_init_is_found(tmp_path):
     assert project_of(context).function(calls["missing"].func) is None
     assert context.kinds.fact(calls["ConvNet"]).kind is Kind.MODULE  # read in its module: an nn.Module
     assert context.kinds.fact(calls["head"]).kind is not Kind.MODULE
+
+
+@pytest.mark.parametrize(
+    ("caller", "expected"),
+    [
+        ("from pkg.run import fit\nfit(1, loader=make())\n", ["make()"]),
+        ("from pkg import run\nrun.fit(2, make())\nrun.fit(3, other)\n", ["make()", "other"]),
+        ("from pkg.run import fit\nfit(1)\n", None),  # the default taken: not a caller's loader
+        ("from pkg.run import fit\nfit(*args)\n", None),
+        ("from pkg import run\nsteps = {'fit': run.fit}\n", None),  # handed on as a value
+        (
+            "import multiprocessing as mp\nfrom pkg.run import fit\nmp.Process(target=fit, args=(1, make())).start()\n",
+            None,
+        ),
+    ],
+    ids=["keyword", "two-calls", "default", "star-args", "as-a-value", "process"],
+)
+def test_what_the_other_modules_of_the_package_pass_to_a_parameter(tmp_path, caller, expected):
+    root = _project(
+        tmp_path,
+        {"pkg/run.py": "def fit(steps, loader=None):\n    return loader\n", "pkg/sub/main.py": caller},
+    )
+    (root / "pkg" / "sub" / "__init__.py").write_text("")
+    source = (root / "pkg" / "run.py").read_text()
+    context = FileContext(cst.parse_module(source), str(root / "pkg" / "run.py"), Settings(), source)
+    function = context.module.body[0]
+    found = project_of(context).package_arguments(function, function.params.params[1])
+    shown = None if found is None else [there.source(argument) for there, argument in found]
+    assert shown == expected
