@@ -654,9 +654,9 @@ class Project:
     ) -> list[tuple[FileContext, cst.BaseExpression]] | None:
         """What the other modules of this file's package pass to `param` of `function` (a
         top-level function of this file): (the caller's context, the argument there) for each
-        call; None when no module calls it, when a call hides the argument (`*args`, a
+        call, none when no module calls it; None when a call hides the argument (`*args`, a
         default taken), or when a module starts processes with it (their arguments are not
-        followed)."""
+        followed) or names it otherwise."""
         if self.context.index.first_enclosing(function, (cst.ClassDef, cst.FunctionDef)) is not None:
             return None
         own, name = os.path.abspath(self.context.path), function.name.value
@@ -673,7 +673,7 @@ class Project:
                 if started or value is None:
                     return None
                 found.append((module.context, value))
-        return found or None
+        return found
 
     def package_importers(self) -> list[_Module]:
         """The modules of this file's package (the outermost folder with an

@@ -265,10 +265,10 @@ CONTAINERS = (Kind.TENSOR, Kind.BATCH)  # what a list, tuple or dict of them is:
 FUNCTIONS = (cst.FunctionDef, cst.Lambda)
 STATIC = ("staticmethod", "classmethod")
 MAX_NAMESPACE_DEPTH = 4  # names an options namespace or a config object is followed through
+MAX_RETURN_DEPTH = 4  # how many calls deep what functions of this file return is followed
 # (path, function, parameter) whose callers in other modules are being read: a module that
 # passes the loader back to the one asking is not followed around again.
 _PACKAGE_PARAMS_ASKED: set[tuple[str, str, str]] = set()
-MAX_RETURN_DEPTH = 4  # how many calls deep what functions of this file return is followed
 
 
 @dataclass(frozen=True)
@@ -1401,8 +1401,10 @@ class Kinds:
                 result = result.join(self._fact(value))
             if result.kind is Kind.LOADER:  # a loader's batches are pinned when every caller's are
                 elsewhere = self._loader_passed_by_package(function, param)
-                other = Memory.UNKNOWN if elsewhere is None or elsewhere.kind is not Kind.LOADER else elsewhere.memory
-                return result if elsewhere is None else result.with_memory(result.memory.join(other))
+                if elsewhere is None:
+                    return result
+                other = elsewhere.memory if elsewhere.kind is Kind.LOADER else Memory.UNKNOWN
+                return result.with_memory(result.memory.join(other))
             if result.kind is not Kind.UNKNOWN:
                 return result
         elif self._unnamed_here(function):  # a loader (or an iterator over one) other modules pass
@@ -1427,23 +1429,22 @@ class Kinds:
         return len(found) == 1 and found[0].node is function and not found[0].references
 
     def _loader_passed_by_package(self, function: cst.FunctionDef, param: cst.Param) -> Fact | None:
-        """What the other modules of the package pass to `param` of `function`, joined, when
-        one of them calls it and it is a loader (or an iterator over its batches) at one of
-        them at least; UNKNOWN when one passes something else or cannot be followed. A loader
-        handed in as a parameter pins its batches when every caller passes one built pinned."""
+        """What the other modules of the package pass to `param` of `function`, joined (a
+        loader handed in as a parameter pins its batches when every caller passes one built
+        pinned); None when none of them calls it, UNKNOWN when a call cannot be followed."""
         key = (self._context.path, function.name.value, param.name.value)
         if key in _PACKAGE_PARAMS_ASKED:  # modules that pass the loader back and forth
             return UNKNOWN
         project = self._project()
         _PACKAGE_PARAMS_ASKED.add(key)
         try:
-            found = project.package_arguments(function, param) if project.folder is not None else None
+            found = project.package_arguments(function, param) if project.folder is not None else []
             passed = [context.kinds.fact(argument) for context, argument in found or ()]
         finally:
             _PACKAGE_PARAMS_ASKED.discard(key)
-        if not any(fact.kind is Kind.LOADER for fact in passed):
-            return None
-        return functools.reduce(Fact.join, passed, BOTTOM)
+        if found is None:
+            return UNKNOWN
+        return functools.reduce(Fact.join, passed, BOTTOM) if passed else None
 
     # -- the file's own functions, methods and attributes ------------------------------
 

@@ -871,6 +871,7 @@ def test_a_class_star_imported_through_a_packages_init_is_found(tmp_path):
     [
         ("from pkg.run import fit\nfit(1, loader=make())\n", ["make()"]),
         ("from pkg import run\nrun.fit(2, make())\nrun.fit(3, other)\n", ["make()", "other"]),
+        ("import pkg.run\n", []),  # imported, never called
         ("from pkg.run import fit\nfit(1)\n", None),  # the default taken: not a caller's loader
         ("from pkg.run import fit\nfit(*args)\n", None),
         ("from pkg import run\nsteps = {'fit': run.fit}\n", None),  # handed on as a value
@@ -879,7 +880,7 @@ def test_a_class_star_imported_through_a_packages_init_is_found(tmp_path):
             None,
         ),
     ],
-    ids=["keyword", "two-calls", "default", "star-args", "as-a-value", "process"],
+    ids=["keyword", "two-calls", "uncalled", "default", "star-args", "as-a-value", "process"],
 )
 def test_what_the_other_modules_of_the_package_pass_to_a_parameter(tmp_path, caller, expected):
     root = _project(
