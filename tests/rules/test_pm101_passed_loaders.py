@@ -112,3 +112,40 @@ def test_a_second_caller_with_a_loader_of_unknown_memory_keeps_the_copy_as_it_is
         "    return optimize(model, device, train_loader=loader, steps=2)\n"
     )
     assert check_unsafe(folder / "run.py", "PM101").findings == []
+
+
+# run.py's own entry point hands the loader on to `optimize` (spd's `run_experiment`).
+EXPERIMENT = """
+
+def run_experiment(model, device, train_loader, steps):
+    return optimize(model, device, train_loader=train_loader, steps=steps)
+"""
+
+UNPINNED_CALLER = """\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+from spdlike.run import optimize
+
+
+def again(model, device):
+    plain = DataLoader(TensorDataset(torch.randn(8, 4), torch.randn(8, 1)), batch_size=4)
+    return optimize(model, device, train_loader=plain, steps=2)
+"""
+
+
+@pytest.mark.parametrize(
+    ("other", "fixed"), [(None, True), (UNPINNED_CALLER, False)], ids=["one-caller", "unpinned-too"]
+)
+def test_a_loader_handed_on_inside_the_module_is_followed_to_the_callers_of_its_entry_point(tmp_path, other, fixed):
+    folder = _package(tmp_path)
+    (folder / "run.py").write_text((folder / "run.py").read_text() + EXPERIMENT)
+    main = (folder / "main.py").read_text()
+    (folder / "main.py").write_text(main.replace("run.optimize(", "run.run_experiment("))
+    if other is not None:
+        (folder / "other.py").write_text(other)
+    before = run_main(tmp_path, "spdlike.main")
+    result = check_unsafe(folder / "run.py", "PM101")
+    assert [f.line for f in result.findings] == ([13, 14] if fixed else [])
+    (folder / "run.py").write_text(result.new_source.decode())
+    assert run_main(tmp_path, "spdlike.main").tolist() == before.tolist()
