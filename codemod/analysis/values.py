@@ -1431,7 +1431,10 @@ class Kinds:
     def _loader_passed_by_package(self, function: cst.FunctionDef, param: cst.Param) -> Fact | None:
         """What the other modules of the package pass to `param` of `function`, joined (a
         loader handed in as a parameter pins its batches when every caller passes one built
-        pinned); None when none of them calls it, UNKNOWN when a call cannot be followed."""
+        pinned); None when none of them calls it (or it is no top-level function), UNKNOWN
+        when a call cannot be followed."""
+        if self.parents.get(function) is not self._context.module:
+            return None  # a method or a nested function: other modules' calls of it are not looked for
         key = (self._context.path, function.name.value, param.name.value)
         if key in _PACKAGE_PARAMS_ASKED:  # modules that pass the loader back and forth
             return UNKNOWN
