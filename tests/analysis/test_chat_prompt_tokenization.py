@@ -116,6 +116,17 @@ def train(examples, steps, batch_size, use_chat_template, anchor, device):
 """
 
 
+def _recording(train: str) -> str:
+    """`train` keeping every step's scaffolds and loss, and returning them."""
+    recorded = train.replace("    for epoch in range(2):\n", "    history = []\n    for epoch in range(2):\n")
+    recorded = recorded.replace(
+        "            loss.backward()\n",
+        "            history.append(({k: v.clone() for k, v in scaffolds.items()}, loss.item()))\n"
+        "            loss.backward()\n",
+    )
+    return recorded + "    return history\n"
+
+
 def _write(root: Path, models: str = MODELS, train: str = TRAIN, utils: str = UTILS) -> Path:
     files = {"pkg/__init__.py": "", "pkg/models.py": models, "pkg/utils.py": utils, "pkg/train.py": train}
     for name, text in files.items():
@@ -385,13 +396,7 @@ def project_imports():
 @pytest.mark.parametrize("use_chat_template", [True, False])
 @pytest.mark.usefixtures("project_imports")
 def test_the_tabulated_chat_prompts_give_every_step_the_same_ids_and_losses(tmp_path, monkeypatch, use_chat_template):
-    recorded = TRAIN.replace("    for epoch in range(2):\n", "    history = []\n    for epoch in range(2):\n")
-    recorded = recorded.replace(
-        "            loss.backward()\n",
-        "            history.append(({k: v.clone() for k, v in scaffolds.items()}, loss.item()))\n"
-        "            loss.backward()\n",
-    )
-    train = _write(tmp_path, train=recorded + "    return history\n")
+    train = _write(tmp_path, train=_recording(TRAIN))
     (tmp_path / "transformers.py").write_text(FAKE_TRANSFORMERS)
     result = process_source(train.read_bytes(), str(train), Settings(level=Level.UNSAFE, select=("PM203",)))
     assert result.changed and result.error is None
@@ -465,15 +470,7 @@ def test_chat_prompts_whose_table_would_differ_from_the_step_are_reported_with_t
 def test_a_padded_batch_in_the_else_of_a_compound_test_is_tabulated_under_its_negation(tmp_path, monkeypatch):
     test = "                if use_chat_template:\n                    ids_list = []\n"
     compound = "                if use_chat_template and batch_size > 0:\n                    ids_list = []\n"
-    recorded = TRAIN.replace(test, compound).replace(
-        "    for epoch in range(2):\n", "    history = []\n    for epoch in range(2):\n"
-    )
-    recorded = recorded.replace(
-        "            loss.backward()\n",
-        "            history.append(({k: v.clone() for k, v in scaffolds.items()}, loss.item()))\n"
-        "            loss.backward()\n",
-    )
-    train = _write(tmp_path, train=recorded + "    return history\n")
+    train = _write(tmp_path, train=_recording(TRAIN.replace(test, compound)))
     (tmp_path / "transformers.py").write_text(FAKE_TRANSFORMERS)
     result = process_source(train.read_bytes(), str(train), Settings(level=Level.UNSAFE, select=("PM203",)))
     rewritten = result.new_source.decode()
