@@ -251,7 +251,7 @@ class Sizes:
         self._modules: dict[tuple[int, ...], ModuleSize | None] = {}
         # The constructions of the file's own classes being sized, innermost last: in a class's
         # `__init__`, a parameter holds what this construction passes it (`SensorNet(d=32)`).
-        self._frames: list[tuple[cst.FunctionDef, cst.Call]] = []
+        self._frames: list[tuple[cst.FunctionDef, cst.Call | None]] = []  # None: a construction in another module
         self._indices: list[cst.Param] = []  # the index parameter of a `__getitem__` being sized
         self._syncs: dict[int, cst.Call | None] = {}
         self._steps: dict[int, ModuleSize | None] = {}
