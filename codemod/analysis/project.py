@@ -671,10 +671,10 @@ class Project:
             parts = list(self.folder.relative_to(package.parent).parts)
             dotted, parent = ".".join([*parts, stem]).encode(), ".".join(parts).encode()
             paths = _python_files(package, MAX_PACKAGE_FILES)
-            needles = (dotted, b"from .", b"from " + parent + b" import")
+            imports = _imports_of(re.escape(stem.encode()), re.escape(dotted), re.escape(parent))
         else:  # no package: the modules beside it, which import it as `import data` / `from data import f`
             paths = [os.path.abspath(p) for p in sorted(self.folder.glob("*.py"))[:MAX_PACKAGE_FILES]]
-            needles = (b"import " + stem.encode(), b"from " + stem.encode())
+            imports = re.compile(rb"\b(?:import|from)\s+" + re.escape(stem.encode()) + rb"\b")
         # The answer depends on every file read and on which files there are: a module
         # that starts importing this one, or a new module, makes it stale.
         self._scanned = _stamps(sorted({os.path.dirname(path) for path in paths} | set(paths)))
@@ -686,7 +686,7 @@ class Project:
                     data = handle.read(MAX_BYTES + 1)
             except OSError:
                 continue
-            if stem.encode() not in data or not any(needle in data for needle in needles):
+            if stem.encode() not in data or imports.search(data) is None:
                 continue
             module = _load(path, self.context.settings)
             if module is not None:
@@ -813,6 +813,26 @@ class Project:
         return _batches_copied(function, param)
 
 
+def _imports_of(stem: bytes, dotted: bytes, parent: bytes) -> re.Pattern[bytes]:
+    """What a module's text holds when it imports the module `dotted` (`stem` the last part of
+    it, `parent` its package, each escaped for a pattern): its dotted name (`import pkg.data`,
+    `from pkg.data import f`), `from pkg import data`, or a relative import that names it
+    (`from .data import f`, `from . import data`, `from ..sub import (a, data)`). A package's
+    modules nearly all import something relatively, so `from .` alone tells nothing."""
+    names_it = rb"\s+import\s+(?:\([^)]*|[^\n]*)\b" + stem + rb"\b"
+    return re.compile(
+        dotted
+        + rb"|\bfrom\s+\.+(?:[\w.]*\.)?"
+        + stem
+        + rb"\s+import\b"
+        + rb"|\bfrom\s+\.+[\w.]*"
+        + names_it
+        + rb"|\bfrom\s+"
+        + parent
+        + names_it
+    )
+
+
 def _calls_of(module: _Module, path: str, name: str) -> list[tuple[cst.Call, int, bool]]:
     """The calls in `module` of the function `name` of the file `path`, direct or as the
     target of a process it starts (each with the parameters its caller fills first, and
@@ -821,6 +841,10 @@ def _calls_of(module: _Module, path: str, name: str) -> list[tuple[cst.Call, int
     context, project = module.context, module.project
 
     def names_it(expr: cst.BaseExpression) -> bool:
+        # Only a callee spelled with the function's name is resolved: resolving one reads
+        # the module it comes from, and a large module calls many.
+        if not any(qualified.rpartition(".")[2] == name for qualified in context.names.of(expr)):
+            return False
         called = project.function(expr)
         return called is not None and called.module.path == path and called.node.name.value == name
 

@@ -863,3 +863,52 @@ def test_a_class_star_imported_through_a_packages_init_is_found(tmp_path):
     assert project_of(context).function(calls["missing"].func) is None
     assert context.kinds.fact(calls["ConvNet"]).kind is Kind.MODULE  # read in its module: an nn.Module
     assert context.kinds.fact(calls["head"]).kind is not Kind.MODULE
+
+
+def test_the_importers_of_a_module_are_those_whose_imports_name_it(tmp_path):
+    """A package's modules nearly all import something relatively, and a short module name
+    (`aten`, `data`) is a common word: only an import that names the module makes an importer."""
+    from tests.package_support import write_package
+
+    files = {
+        "data.py": "def to_device(x, device):\n    return x.to(device)\n",
+        "sub/__init__.py": "",
+        "sub/deep.py": "from ..data import to_device\n",
+        "grouped.py": "from . import (\n    other,\n    data,\n)\n",
+        "absolute.py": "from {package} import data\n",
+        "dotted.py": "import {package}.data\n",
+        "other.py": "from . import grouped\nname = 'data'\n",
+        "prefixed.py": "from .data_tools import to_device\n",
+        "data_tools.py": "def to_device(x, device):\n    return x\n",
+    }
+    folder = write_package(tmp_path, "imports_text", files)
+    context = FileContext.of_source((folder / "data.py").read_text(), str(folder / "data.py"), Settings())
+    importers = sorted(Path(m.path).relative_to(folder).as_posix() for m in project_of(context).package_importers())
+    assert importers == ["absolute.py", "dotted.py", "grouped.py", "sub/deep.py"]
+
+
+def test_only_the_callees_spelled_with_the_functions_name_are_resolved(tmp_path, monkeypatch):
+    """Looking for the calls of one function in an importer resolves only the calls spelled
+    with its name: resolving another reads the module it comes from."""
+    from codemod.analysis import project as project_module
+    from tests.package_support import write_package
+
+    files = {
+        "data.py": "def make(n):\n    return n\n",
+        "helpers.py": "def other(n):\n    return n\n",
+        "run.py": "from .data import make\nfrom .helpers import other\n\nx = other(make(2))\n",
+    }
+    folder = write_package(tmp_path, "callees", files)
+    context = FileContext.of_source((folder / "data.py").read_text(), str(folder / "data.py"), Settings())
+    resolved = []
+    resolve = project_module.Project.function
+
+    def spy(self, func):
+        resolved.append(self.context.source(func))
+        return resolve(self, func)
+
+    monkeypatch.setattr(project_module.Project, "function", spy)
+    make = next(s for s in context.module.body if isinstance(s, cst.FunctionDef))
+    calls = project_of(context).package_calls(make)
+    assert [Path(module.path).name for module, _ in calls] == ["run.py"]
+    assert resolved == ["make"]
