@@ -155,9 +155,8 @@ def _written_keys(name: str, optimizer: torch.optim.Optimizer) -> set[str]:
     for _ in range(3):
         optimizer.step()
         scheduler.step(*((1.0,) if isinstance(scheduler, lr_scheduler.ReduceLROnPlateau) else ()))
-    return {
-        key for key, value in group.items() if key != "params" and before.get(key, inspect.Parameter.empty) != value
-    }
+    missing = object()
+    return {key for key, value in group.items() if key != "params" and before.get(key, missing) != value}
 
 
 def _momentum_optimizers() -> list[torch.optim.Optimizer]:
@@ -165,11 +164,11 @@ def _momentum_optimizers() -> list[torch.optim.Optimizer]:
 
 
 def test_the_schedulers_are_torchs():
-    classes = {name for name, c in vars(lr_scheduler).items() if isinstance(c, type)}
     expected = {
         f"torch.optim.lr_scheduler.{name}"
-        for name in classes
-        if issubclass(getattr(lr_scheduler, name), lr_scheduler.LRScheduler) and not name.endswith("LRScheduler")
+        for name, cls in vars(lr_scheduler).items()
+        # not the base classes, `LRScheduler` and its old name `_LRScheduler`
+        if isinstance(cls, type) and issubclass(cls, lr_scheduler.LRScheduler) and not name.endswith("LRScheduler")
     }
     assert set(SCHEDULERS) == expected
 
@@ -212,12 +211,12 @@ def test_a_default_tensor_type_makes_its_dtype_the_default(name):
     default = torch.get_default_dtype()
     try:
         with warnings.catch_warnings():
-            warnings.simplefilter("ignore", UserWarning)  # the call is deprecated
+            warnings.simplefilter("ignore")  # the call is deprecated
             torch.set_default_tensor_type(tensor_type)
         assert torch.get_default_dtype() == dtype and torch.tensor([1.0]).dtype == dtype
     finally:
         with warnings.catch_warnings():
-            warnings.simplefilter("ignore", UserWarning)
+            warnings.simplefilter("ignore")
             torch.set_default_tensor_type(torch.FloatTensor)
         torch.set_default_dtype(default)
     assert torch.tensor([1.0]).dtype == default
