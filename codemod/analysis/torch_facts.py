@@ -27,20 +27,31 @@ import libcst as cst
 
 from codemod.analysis.names import ANY_ATTRIBUTE
 from codemod.analysis.torch_ops import (
+    DATA,
+    DEFAULT_TENSOR_TYPES,
     DTYPES,
     FUNCTIONAL,
+    IMPLEMENTATION_KEYWORDS,
     KEPT,
+    LAUNCH_FUSED_DEVICES,
+    LOADERS,
+    LR_KEYS,
     NN_MODULE_METHODS,
     OPS,
+    OPTIMIZERS,
     SIZED_LAYERS,
     Category,
+    DataFunction,
     Loss,
     Placement,
     Shape,
     attributes,
+    data_functions,
+    datasets,
     functions,
     methods,
     module_methods,
+    schedulers,
     short,
 )
 
@@ -376,34 +387,20 @@ RNN_GATES = {name: layer.gates for name, layer in SIZED_LAYERS.items() if layer.
 # -- datasets and loaders ------------------------------------------------------------------
 
 # torch's dataset classes: a dataset built of tensors is where they are.
-DATASET_CLASSES = {
-    "torch.utils.data.TensorDataset",
-    "torch.utils.data.Dataset",
-    "torch.utils.data.IterableDataset",
-    "torch.utils.data.Subset",
-    "torch.utils.data.ConcatDataset",
-}
-SPLIT_DATASETS = frozenset({"torch.utils.data.random_split"})  # Subsets of its first argument
-ITERABLE_DATASET = "torch.utils.data.IterableDataset"
-GET_WORKER_INFO = frozenset({"torch.utils.data.get_worker_info", "torch.utils.data._utils.worker.get_worker_info"})
+DATASET_CLASSES = datasets()
+SPLIT_DATASETS = data_functions(DataFunction.SPLIT)  # Subsets of its first argument
+ITERABLE_DATASET = f"{DATA}IterableDataset"  # the base of iterable datasets, as torch.utils.data names it
+GET_WORKER_INFO = data_functions(DataFunction.WORKER_INFO)
 # Keyword arguments of DataLoader that only mean something with worker processes: a loader
 # that passes one of them has chosen how it loads.
-WORKER_OPTIONS = ("num_workers", "persistent_workers", "prefetch_factor", "multiprocessing_context")
+WORKER_OPTIONS = LOADERS[f"{DATA}DataLoader"].worker_options
 # torch's own collate function: it stacks the samples of a batch, nothing more.
-DEFAULT_COLLATES = frozenset(
-    {
-        "torch.utils.data.default_collate",
-        "torch.utils.data.dataloader.default_collate",
-        "torch.utils.data._utils.collate.default_collate",
-    }
-)
+DEFAULT_COLLATES = data_functions(DataFunction.COLLATE)
 # Datasets of torch whose items are rows of the tensors they are given: an item is an index
 # into memory the training process already holds.
-TENSOR_ROW_DATASETS = frozenset({"torch.utils.data.TensorDataset"})
+TENSOR_ROW_DATASETS = datasets(rows_of_tensors=True)
 # Datasets of torch made of other datasets: an item costs what an item of a part costs.
-DATASETS_OF_DATASETS = frozenset(
-    {"torch.utils.data.Subset", "torch.utils.data.ConcatDataset", "torch.utils.data.StackDataset"}
-)
+DATASETS_OF_DATASETS = datasets(of_datasets=True)
 # Namespaces whose lowercase functions compute tensors where their tensor arguments are
 # (`torch.cos(t)`, `F.relu(x)`, `torch.linalg.norm(x)`), except those listed below.
 TENSOR_NAMESPACES = ("torch", "torch.nn.functional", "torch.linalg", "torch.special", "torch.fft", "torch.nn.utils.rnn")
@@ -422,31 +419,14 @@ NOT_TENSOR_FUNCTIONS = {
 # -- training ------------------------------------------------------------------------------
 
 # Learning-rate schedulers that write only the groups' learning rates (`lr`, `initial_lr`),
-# never momentum or weight decay (torch 2.13). CyclicLR and OneCycleLR are not here: with
+# never momentum or weight decay. CyclicLR and OneCycleLR are not here: with
 # `cycle_momentum=True` (their default) they write each group's momentum too.
-LR_ONLY_SCHEDULERS = frozenset(
-    f"torch.optim.lr_scheduler.{name}"
-    for name in (
-        "LambdaLR",
-        "MultiplicativeLR",
-        "StepLR",
-        "MultiStepLR",
-        "ConstantLR",
-        "LinearLR",
-        "ExponentialLR",
-        "SequentialLR",
-        "CosineAnnealingLR",
-        "ChainedScheduler",
-        "ReduceLROnPlateau",
-        "CosineAnnealingWarmRestarts",
-        "PolynomialLR",
-    )
-)
+LR_ONLY_SCHEDULERS = schedulers(writes=LR_KEYS)
 # Keys of an optimizer's parameter group that the step of a zero gradient does not read
 # (plain SGD steps `p -= lr * 0` whatever the rate is).
-LR_GROUP_KEYS = frozenset({"lr", "initial_lr", "params"})
+LR_GROUP_KEYS = frozenset({*LR_KEYS, "params"})
 # The tensor types that make float64 the default dtype (`torch.set_default_tensor_type`).
-DOUBLE_TENSOR_TYPES = {"torch.DoubleTensor", "torch.cuda.DoubleTensor"}
+DOUBLE_TENSOR_TYPES = frozenset(name for name, dtype in DEFAULT_TENSOR_TYPES.items() if dtype == "float64")
 # Calls whose value tells whether the process has a CUDA device (`if torch.cuda.is_available():`).
 CUDA_PROBES = {"torch.cuda.is_available", "torch.cuda.device_count"}
 # The names of torch's settings of float32 matrix products (TF32): the backends' flags and the
@@ -531,25 +511,18 @@ SHARDED_STATE = re.compile(r"FullyShardedDataParallel|\bFSDP\b|fully_shard|torch
 
 # -- parameters of an optimizer (PM402) ----------------------------------------------------
 
-# Device types with fused Adam, AdamW and SGD kernels in torch 2.13
-# (torch.utils._foreach_utils._get_fused_kernels_supported_devices).
-FUSED_DEVICE_TYPES = frozenset({"cuda", "cpu", "mps", "xpu", "hpu"})
-# The optimizers of torch.optim that take a `fused` keyword in torch 2.13, and the device
-# types their fused kernels run on (Adagrad's: the CPU and CUDA only). Every other optimizer
-# of torch.optim rejects the keyword itself, `fused=False` too, with a TypeError.
-FUSED_OPTIMIZERS = {
-    "torch.optim.Adam": FUSED_DEVICE_TYPES,
-    "torch.optim.AdamW": FUSED_DEVICE_TYPES,
-    "torch.optim.SGD": FUSED_DEVICE_TYPES,
-    "torch.optim.Adagrad": frozenset({"cuda", "cpu"}),
-}
+# The optimizers that take a `fused` keyword, and the device types their fused kernels run
+# on; every other optimizer of torch.optim rejects the keyword itself, `fused=False` too,
+# with a TypeError. FUSED_DEVICE_TYPES: the device types of any fused kernel.
+FUSED_OPTIMIZERS = {name: optimizer.fused_devices for name, optimizer in OPTIMIZERS.items() if optimizer.fused_devices}
+FUSED_DEVICE_TYPES = frozenset().union(*FUSED_OPTIMIZERS.values())
 # Those with fused kernels on every device type of FUSED_DEVICE_TYPES.
 FUSED_EVERYWHERE = frozenset(name for name, types in FUSED_OPTIMIZERS.items() if types >= FUSED_DEVICE_TYPES)
 # The device types a launch-time guard names: those every supported torch has fused kernels for.
-LAUNCH_FUSED_TYPES = ("cuda", "cpu")
+LAUNCH_FUSED_TYPES = LAUNCH_FUSED_DEVICES
 # Optimizer arguments that pick the implementation or that fused=True rejects
 # (`fused` does not support `differentiable`; `fused` and `foreach` cannot both be True).
-FUSED_CONFLICTS = ("fused", "foreach", "capturable", "differentiable")
+FUSED_CONFLICTS = IMPLEMENTATION_KEYWORDS
 # Tensor methods whose result (or receiver, for in-place ones) keeps the device and the
 # floating dtype: what `nn.Parameter(...)` or `requires_grad_()` may be applied around.
 DEVICE_AND_DTYPE_KEEPING_METHODS = frozenset(
@@ -560,12 +533,7 @@ DEVICE_AND_DTYPE_KEEPING_METHODS = frozenset(
 # -- DistributedDataParallel (PM601) -------------------------------------------------------
 
 # Datasets cheap and pure to build twice (the sampler needs only their length).
-REBUILDABLE_DATASETS = {
-    "torch.utils.data.TensorDataset",
-    "torch.utils.data.Subset",
-    "torch.utils.data.dataset.Subset",
-    "torch.utils.data.dataset.TensorDataset",
-}
+REBUILDABLE_DATASETS = datasets(rebuildable=True)
 # What DistributedDataParallel answers like the module it wraps; any other attribute of
 # the wrapped model is read through distributed.unwrap(model).
 DDP_ANSWERS = {
@@ -628,22 +596,10 @@ CONFIGURES = {
 
 # -- sizes ---------------------------------------------------------------------------------
 
-# The state torch.optim's optimizers keep for each parameter as tensors of its shape (torch
-# 2.13): how many they always keep, and the keywords that add one each unless left at their
-# default (`momentum=0`, `amsgrad=False`, `centered=False`). 0-dim counters (`step`) not counted.
-OPTIMIZER_STATES = {
-    "torch.optim.SGD": (0, ("momentum",)),
-    "torch.optim.Adam": (2, ("amsgrad",)),
-    "torch.optim.AdamW": (2, ("amsgrad",)),
-    "torch.optim.Adagrad": (1, ()),
-    "torch.optim.Adadelta": (2, ()),
-    "torch.optim.Adamax": (2, ()),
-    "torch.optim.NAdam": (2, ()),
-    "torch.optim.RAdam": (2, ()),
-    "torch.optim.RMSprop": (1, ("momentum", "centered")),
-    "torch.optim.Rprop": (2, ()),
-    "torch.optim.ASGD": (1, ()),
-}
+# The state torch.optim's optimizers keep for each parameter as tensors of its shape: how
+# many they always keep, and the keywords that add one each unless left at their default
+# (`momentum=0`, `amsgrad=False`, `centered=False`). 0-dim counters (`step`) not counted.
+OPTIMIZER_STATES = {name: (optimizer.states, optimizer.state_options) for name, optimizer in OPTIMIZERS.items()}
 # Layers of torch.nn without parameters or buffers (activations, pooling, dropout, reshaping).
 NN_STATELESS = frozenset(
     f"torch.nn.{name}"

@@ -735,3 +735,161 @@ for _op in ENTRIES:
 def short(names: Iterable[str]) -> frozenset[str]:
     """The last part of each qualified name (`torch.exp` -> `exp`)."""
     return frozenset(name.rsplit(".", 1)[1] for name in names)
+
+
+# ==========================================================================================
+# torch's objects that are no operation: optimizers, learning-rate schedulers, datasets and loaders
+# ==========================================================================================
+# What perfmod knows of each, keyed by the qualified names torch exposes it under;
+# tests/analysis/test_torch_objects.py checks every fact against the installed torch.
+
+OPTIM = "torch.optim."
+SCHEDULERS_MODULE = "torch.optim.lr_scheduler."
+DATA = "torch.utils.data."
+# The keywords of an optimizer that pick its implementation; `fused=True` rejects some of the
+# others (`foreach=True`, `differentiable=True`).
+IMPLEMENTATION_KEYWORDS = ("fused", "foreach", "capturable", "differentiable")
+# The device types of fused Adam, AdamW and SGD kernels
+# (torch.utils._foreach_utils._get_fused_kernels_supported_devices), and those every torch
+# perfmod supports has them for: the ones a guard written into a script may name.
+_FUSED_DEVICES = frozenset({"cuda", "cpu", "mps", "xpu", "hpu"})
+LAUNCH_FUSED_DEVICES = ("cuda", "cpu")
+
+
+@dataclass(frozen=True)
+class Optimizer:
+    # The state it keeps for each parameter as tensors of the parameter's shape (0-dim
+    # counters, `step`, not counted), and the keywords that add one each unless left at their
+    # default (`momentum=0`, `amsgrad=False`, `centered=False`).
+    states: int
+    state_options: tuple[str, ...] = ()
+    accepts: tuple[str, ...] = ()  # its IMPLEMENTATION_KEYWORDS; it rejects the others with a TypeError
+    fused_devices: frozenset[str] = frozenset()  # the device types of its fused kernels (it `accepts` "fused")
+
+
+_ADAM = Optimizer(2, ("amsgrad",), IMPLEMENTATION_KEYWORDS, _FUSED_DEVICES)
+_NOT_FUSED = ("foreach", "capturable", "differentiable")
+OPTIMIZERS: dict[str, Optimizer] = {
+    OPTIM + name: optimizer
+    for name, optimizer in (
+        ("SGD", Optimizer(0, ("momentum",), ("fused", "foreach", "differentiable"), _FUSED_DEVICES)),
+        ("Adam", _ADAM),
+        ("AdamW", _ADAM),
+        ("Adagrad", Optimizer(1, (), ("fused", "foreach", "differentiable"), frozenset({"cuda", "cpu"}))),
+        ("Adadelta", Optimizer(2, (), _NOT_FUSED)),
+        ("Adamax", Optimizer(2, (), _NOT_FUSED)),
+        ("NAdam", Optimizer(2, (), _NOT_FUSED)),
+        ("RAdam", Optimizer(2, (), _NOT_FUSED)),
+        ("RMSprop", Optimizer(1, ("momentum", "centered"), _NOT_FUSED)),
+        ("Rprop", Optimizer(2, (), _NOT_FUSED)),
+        ("ASGD", Optimizer(1, (), _NOT_FUSED)),
+    )
+}
+
+# The keys of an optimizer's parameter group that hold its learning rate (`initial_lr`: the
+# one a scheduler started from).
+LR_KEYS = ("lr", "initial_lr")
+
+
+@dataclass(frozen=True)
+class Scheduler:
+    writes: tuple[str, ...]  # the keys of each parameter group it writes, built and stepped with its defaults
+
+
+# Cycling the momentum (`cycle_momentum=True`, their default): SGD's `momentum`, Adam's `betas`.
+_MOMENTUM_CYCLE = (*LR_KEYS, "momentum", "betas", "base_momentum", "max_momentum")
+SCHEDULERS: dict[str, Scheduler] = {
+    SCHEDULERS_MODULE + name: scheduler
+    for names, scheduler in (
+        (
+            "LambdaLR MultiplicativeLR StepLR MultiStepLR ConstantLR LinearLR ExponentialLR SequentialLR "
+            "CosineAnnealingLR ChainedScheduler ReduceLROnPlateau CosineAnnealingWarmRestarts PolynomialLR",
+            Scheduler(LR_KEYS),
+        ),
+        ("CyclicLR", Scheduler(_MOMENTUM_CYCLE)),
+        ("OneCycleLR", Scheduler((*_MOMENTUM_CYCLE, "max_lr", "min_lr"))),
+    )
+    for name in names.split()
+}
+
+# The legacy tensor types `torch.set_default_tensor_type` takes, with the dtype each makes
+# the default.
+DEFAULT_TENSOR_TYPES: dict[str, str] = {
+    f"torch.{device}{name}Tensor": dtype
+    for name, dtype in (("Float", "float32"), ("Double", "float64"))
+    for device in ("", "cuda.")
+}
+
+
+@dataclass(frozen=True)
+class DatasetClass:
+    iterable: bool = False  # its items are iterated, not indexed: the base of iterable datasets
+    rows_of_tensors: bool = False  # its items are rows of the tensors it is given, memory already held
+    of_datasets: bool = False  # made of other datasets: an item costs what an item of a part costs
+    rebuildable: bool = False  # cheap and pure to build twice (a sampler needs only its length)
+
+
+# Under `torch.utils.data` and the module that defines them.
+DATASETS: dict[str, DatasetClass] = {
+    f"{DATA}{module}{name}": dataset
+    for name, dataset in (
+        ("Dataset", DatasetClass()),
+        ("IterableDataset", DatasetClass(iterable=True)),
+        ("TensorDataset", DatasetClass(rows_of_tensors=True, rebuildable=True)),
+        ("Subset", DatasetClass(of_datasets=True, rebuildable=True)),
+        ("ConcatDataset", DatasetClass(of_datasets=True)),
+        ("StackDataset", DatasetClass(of_datasets=True)),
+    )
+    for module in ("", "dataset.")
+}
+
+
+class DataFunction(enum.Enum):
+    SPLIT = "splits a dataset"  # into Subsets of it (`random_split`)
+    WORKER_INFO = "tells a loader's worker who it is"  # None in the training process
+    COLLATE = "stacks the samples of a batch"  # torch's own collate function, nothing more
+
+
+DATA_FUNCTIONS: dict[str, DataFunction] = {
+    f"{DATA}random_split": DataFunction.SPLIT,
+    f"{DATA}dataset.random_split": DataFunction.SPLIT,
+    f"{DATA}get_worker_info": DataFunction.WORKER_INFO,
+    f"{DATA}_utils.worker.get_worker_info": DataFunction.WORKER_INFO,
+    **dict.fromkeys(
+        (f"{DATA}{module}default_collate" for module in ("", "dataloader.", "_utils.collate.")), DataFunction.COLLATE
+    ),
+}
+
+
+@dataclass(frozen=True)
+class Loader:
+    # Its keywords that raise or mean nothing without worker processes: a loader that passes
+    # one of them has chosen how it loads.
+    worker_options: tuple[str, ...]
+
+
+LOADERS: dict[str, Loader] = {
+    f"{DATA}{module}DataLoader": Loader(
+        ("num_workers", "persistent_workers", "prefetch_factor", "multiprocessing_context")
+    )
+    for module in ("", "dataloader.")
+}
+
+
+def schedulers(**facts: object) -> frozenset[str]:
+    """Qualified names of the learning-rate schedulers whose facts have the values given."""
+    return _matching(SCHEDULERS, facts)
+
+
+def datasets(**facts: object) -> frozenset[str]:
+    """Qualified names of the dataset classes whose facts have the values given (`of_datasets=True`)."""
+    return _matching(DATASETS, facts)
+
+
+def data_functions(kind: DataFunction) -> frozenset[str]:
+    """Qualified names of torch.utils.data's functions of this kind."""
+    return frozenset(name for name, function in DATA_FUNCTIONS.items() if function is kind)
+
+
+def _matching(table: dict[str, object], facts: dict[str, object]) -> frozenset[str]:
+    return frozenset(name for name, entry in table.items() if all(getattr(entry, f) == v for f, v in facts.items()))
