@@ -94,8 +94,7 @@ def test_a_name_bound_once_in_the_scope_of_another_node(code, once):
 
 def test_the_statements_a_block_runs_before_new_code_can_read_a_name():
     context = FileContext.of_source(
-        "import torch\ndef main():\n    \"\"\"Doc.\"\"\"\n    x = 1\n    import torch\n    y = 2\n"
-        "def other():\n    x = 1\n"
+        'import torch\ndef main():\n    """Doc."""\n    x = 1\n    import torch\n    y = 2\ndef other():\n    x = 1\n'
     )
     main, other = (s for s in context.module.body if isinstance(s, cst.FunctionDef))
     assert context.bindings.prefix_binding(list(main.body.body), ["torch"]) == 3  # its own import

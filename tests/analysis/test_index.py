@@ -108,7 +108,9 @@ def test_a_call_alone_on_its_line_is_an_expression_statement():
 
 
 def test_the_call_a_node_is_an_argument_of():
-    index, module = _index("total = sum(f(t) for t in ts)\nv = torch.stack(xs=[g(t) for t in ts])\nw = (h(t) for t in ts)\n")
+    index, module = _index(
+        "total = sum(f(t) for t in ts)\nv = torch.stack(xs=[g(t) for t in ts])\nw = (h(t) for t in ts)\n"
+    )
     summed, stacked, alone = index.find((cst.GeneratorExp, cst.ListComp))
     call, argument = index.argument_of(summed)
     assert _code(module, call.func) == "sum" and argument.value is summed
