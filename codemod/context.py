@@ -72,7 +72,7 @@ class FileContext:
 
     @cached_property
     def bindings(self) -> Bindings:
-        return Bindings(self.scopes, self.parents)
+        return Bindings(self.scopes, self.index)
 
     @cached_property
     def loops(self) -> TrainingLoops:

@@ -12,8 +12,9 @@ from __future__ import annotations
 import libcst as cst
 from libcst.metadata import Assignment
 
+from codemod.analysis.index import TreeIndex
 from codemod.analysis.names import names_read, sole_definition
-from codemod.analysis.scopes import PerBindings
+from codemod.analysis.scopes import PerBindings, binding_prefix
 
 # Nodes between a bound Name and the statement that binds it.
 _TARGET_WRAPPERS = (cst.Tuple, cst.List, cst.Element, cst.StarredElement, cst.AssignTarget, cst.AsName, cst.WithItem)
@@ -22,9 +23,10 @@ _TARGET_WRAPPERS = (cst.Tuple, cst.List, cst.Element, cst.StarredElement, cst.As
 class Bindings:
     """Binding look-ups for one file, on the metadata the rules already have."""
 
-    def __init__(self, scopes, parents) -> None:
+    def __init__(self, scopes, index: TreeIndex) -> None:
         self.scopes = scopes
-        self.parents = parents
+        self.index = index
+        self.parents = index.parents
         self._values = PerBindings()  # the values a name's bindings assign
 
     def assignments(self, name: cst.Name) -> list[Assignment] | None:
@@ -129,6 +131,29 @@ class Bindings:
         while node is not None and node is not ancestor:
             node = self.parents.get(node)
         return node is ancestor
+
+    def bound_once_where(self, name: cst.Name, at: cst.CSTNode) -> bool:
+        """Is `name` bound once, in the scope `at` is in too, so that it means the same
+        there (not another function's name, nor one bound again)?"""
+        scope = self.scopes.get(name)
+        return scope is not None and scope is self.scopes.get(at) and len(scope[name.value]) == 1
+
+    def prefix_binding(self, statements: list[cst.BaseStatement], names: list[str]) -> int:
+        """How many of `statements`, a block, must run before new code at its top can read
+        `names`: through the last one that binds one of them in the block's own scope (a
+        function's own `import torch` makes `torch` local to it); 0 when none does."""
+        scope = self.scopes.get(statements[0])
+        return binding_prefix(statements, names, scope, self.index) if scope is not None else 0
+
+    def attribute_assignments(self, attribute: cst.Attribute) -> list[cst.BaseExpression]:
+        """The values every `x.attr = value` of the file assigns to an attribute spelled as
+        `attribute` is (`args.cuda = torch.cuda.is_available()` for `args.cuda`)."""
+        code = self.index.module.code_for_node(attribute)
+        return [
+            assign.value
+            for assign in self.index.find(cst.Assign)
+            if len(assign.targets) == 1 and self.index.module.code_for_node(assign.targets[0].target) == code
+        ]
 
     def param_of(self, name: cst.Name) -> tuple[cst.FunctionDef, cst.Param] | None:
         """The function and parameter `name` is bound to, when that is its only binding."""

@@ -16,6 +16,9 @@ draws its own numbers, equally random and not the eager ones: it is a separate f
 (`Forward.draws`), an obstacle only where the same numbers are owed (a network compiled
 in place behind the user's back). Double backward (`create_graph=True`) is not supported
 by torch.compile at all; it is a fact of the file (`file_obstacles`).
+
+Where the model cannot be compiled, what else may be: the functions of the file that
+compute a step's loss (`computes_loss`, `loss_functions`).
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from codemod.analysis.hook_sites import hook_sites
 from codemod.analysis.loops import own_nodes
 from codemod.analysis.names import kwarg, method_name, positional, sole_definition
 from codemod.analysis.step_models import calls_model, own_calls
+from codemod.analysis.tensor_layout import layouts
 from codemod.analysis.torch_facts import (
     COMPILE_BREAK_FUNCTIONS,
     COMPILE_BREAK_METHODS,
@@ -443,6 +447,38 @@ def computes_loss(context: FileContext, function: cst.FunctionDef) -> bool:
         if reduces and not _without_grad(context, call, function):
             return True
     return False
+
+
+def loss_functions(context: FileContext, loss: cst.BaseExpression) -> list[cst.FunctionDef]:
+    """The functions of this file, other than a `forward`, that compute `loss`
+    (`computes_loss`): called in its expression, or in the values its names hold, two
+    assignments back (`loss = criterion(out, y)` with `out = head(h)`), in that order."""
+    index = context.index
+    sources = [loss]
+    frontier = list(sources)
+    for _ in range(2):  # the loss, and the values its names hold, two steps back
+        found = []
+        for source in frontier:
+            names = (
+                [source]
+                if isinstance(source, cst.Name)
+                else (index.find(cst.Name, within=source) if source in index else [])
+            )
+            for name in names:
+                value = layouts(context).value_of(name) if name in index else None
+                if value is not None and value not in sources:
+                    sources.append(value)
+                    found.append(value)
+        frontier = found
+    functions: list[cst.FunctionDef] = []
+    for source in sources[:12]:
+        for call in index.find(cst.Call, within=source) if source in index else ():
+            function = layouts(context).function_of(call)
+            if function is None or function in functions or function.name.value == "forward":
+                continue
+            if computes_loss(context, function):
+                functions.append(function)
+    return functions
 
 
 def _without_grad(context, node: cst.CSTNode, function: cst.FunctionDef) -> bool:

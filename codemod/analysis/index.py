@@ -279,9 +279,31 @@ class TreeIndex:
                 found.append(ancestor)
         return found
 
+    def outermost_enclosing(self, node: cst.CSTNode, types) -> cst.CSTNode | None:
+        """The outermost ancestor of `node` of the given types (the function that holds
+        `node` through nested ones), or None."""
+        outermost = None
+        for ancestor in self.enclosing(node, types):
+            outermost = ancestor
+        return outermost
+
     def outermost_loop(self, loop: cst.CSTNode) -> cst.CSTNode:
         """The outermost loop of its function around `loop`, or `loop` itself."""
         return [loop, *self.enclosing_loops(loop)][-1]
+
+    def conditions_within(self, node: cst.CSTNode, stop: cst.CSTNode) -> list[cst.If] | None:
+        """The `if` statements between `node` and `stop` whose branches hold `node` (not
+        their tests), innermost first; None when an `except` handler is on the way (code
+        that runs after an error)."""
+        found: list[cst.If] = []
+        for ancestor in self.ancestors(node):
+            if ancestor is stop:
+                break
+            if isinstance(ancestor, cst.ExceptHandler):
+                return None
+            if isinstance(ancestor, cst.If) and not self.inside(node, ancestor.test):
+                found.append(ancestor)
+        return found
 
     def statement_of(self, node: cst.CSTNode) -> cst.BaseStatement | None:
         """The statement (simple line or compound) that holds `node`, or `node` itself."""
@@ -299,6 +321,30 @@ class TreeIndex:
                 return statement
             statement = ancestor
         return statement
+
+    def block_statements(self, statement: cst.CSTNode) -> list[cst.CSTNode]:
+        """The statements of the block (an indented block, the module's body) that holds
+        `statement`, in order; `[statement]` for a statement of a one-line suite."""
+        block = self.parents.get(statement)
+        return list(block.body) if isinstance(block, (cst.IndentedBlock, cst.Module)) else [statement]
+
+    def holding_line(self, small: cst.BaseSmallStatement) -> cst.CSTNode | None:
+        """The line that holds a small statement: its simple statement line, or the one-line
+        suite of a compound statement (`if done: return path`)."""
+        return self.parents.get(small)
+
+    def expression_statement(self, node: cst.CSTNode) -> cst.Expr | None:
+        """The statement that is `node` alone (`f(x)`, whose value nothing reads); None when
+        `node` is part of a larger statement."""
+        statement = self.parents.get(node)
+        return statement if isinstance(statement, cst.Expr) else None
+
+    def argument_of(self, node: cst.CSTNode) -> tuple[cst.Call, cst.Arg] | None:
+        """The call `node` is an argument of, with the argument (`sum(gen)` for the
+        generator `gen`); None when `node` is not a call's argument."""
+        argument = self.parents.get(node)
+        call = self.parents.get(argument) if isinstance(argument, cst.Arg) else None
+        return (call, argument) if isinstance(call, cst.Call) else None
 
     def block_owner(self, statement: cst.CSTNode) -> cst.CSTNode | None:
         """The `if`, `else`, `with`, `for`, `def`... whose indented block holds `statement`;
@@ -323,6 +369,30 @@ class TreeIndex:
         """Every name the file spells (variables, attributes, keywords): what a name a
         rewrite introduces must differ from."""
         return frozenset(name.value for name in self.find(cst.Name))
+
+    @functools.cached_property
+    def plain_imports(self) -> frozenset[str]:
+        """The modules the file imports under their own one-word name, anywhere in it
+        (`import torch`; not `import torch as th`, nor `import torch.nn`)."""
+        return frozenset(
+            alias.name.value
+            for statement in self.find(cst.Import)
+            for alias in statement.names
+            if isinstance(alias.name, cst.Name) and alias.asname is None
+        )
+
+    def variable_names(self, node: cst.CSTNode) -> set[str]:
+        """The names `node` spells as variables, read or bound: not the name of an attribute
+        after its dot, nor that of a keyword argument."""
+        found = set()
+        for name in self.find(cst.Name, within=node):
+            parent = self.parents.get(name)
+            if isinstance(parent, cst.Attribute) and parent.attr is name:
+                continue
+            if isinstance(parent, cst.Arg) and parent.keyword is name:
+                continue
+            found.add(name.value)
+        return found
 
     def find(self, types: type[NodeT] | tuple[type, ...], within: cst.CSTNode | None = None) -> list[NodeT]:
         """Nodes of `types` (exact classes, or base classes) in document order,

@@ -9,7 +9,8 @@ of the model covers and the statement it goes after.
   which a compile of `model(...)` leaves in eager mode; `class_elsewhere`: the class of another
   module of the project that a model is built from;
 - `anchor`: the last statement before the loop, in a block around it that runs once, that
-  builds or moves the model (`sets_up`); `bound_again`: whether the name is bound again
+  builds or moves the model (`sets_up`), and the class of the file it is an instance of
+  (`built_class`); `bound_again`: whether the name is bound again
   before the loop ends; where a model is built when the training code does not build it:
   in the caller that passes it (`caller_site`; `caller_anchor` when a compile there covers
   what the loop trains: one caller, nothing binding it again), at module level
@@ -194,6 +195,13 @@ def anchor(context, loop: cst.CSTNode, name: str) -> cst.SimpleStatementLine | N
             if isinstance(statement, cst.SimpleStatementLine) and any(sets_up(small, name) for small in statement.body):
                 return statement
     return None
+
+
+def built_class(context, anchor: cst.SimpleStatementLine, name: str) -> cst.ClassDef | None:
+    """The class of this file whose instance the model `name` is, where `anchor` (its
+    `anchor`) builds or moves it."""
+    spelled = next((n for n in context.index.find(cst.Name, within=anchor) if n.value == name), None)
+    return context.kinds.instance_class(spelled) if spelled is not None else None
 
 
 def bound_again(context, anchor: cst.SimpleStatementLine, loop: cst.CSTNode, name: str) -> bool:

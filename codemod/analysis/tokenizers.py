@@ -6,6 +6,7 @@ texts a training step tokenizes come from.
   tensor, a callee
   named like a tokenizer, an instance of a `*Tokenizer` class, or a function of this
   file (not a model's method) that tokenizes?
+- `calls_in(node)`: the calls under `node` that tokenize text.
 - `tokenizer_call(call)`: (known, receiver): known when `call` is `tok(...)` or
   `tok.<pure method>(...)` on a tokenizer a known library built (Hugging Face,
   tiktoken: the tables in torch_facts), and so pure; receiver is `tok` for any call
@@ -112,6 +113,11 @@ class Tokenizers:
         if callee is None or depth >= 2 or kinds.class_of(callee) is not None:
             return False
         return any(self.tokenizes(inner, depth + 1) for inner in self._index.find(cst.Call, within=callee.body))
+
+    def calls_in(self, node: cst.CSTNode) -> list[cst.Call]:
+        """The calls under `node` (itself included) that tokenize text (`tokenizes`), in
+        document order."""
+        return [call for call in self._index.find(cst.Call, within=node) if self.tokenizes(call)]
 
     def from_corpus(self, expr: cst.BaseExpression, loop: cst.CSTNode) -> bool:
         """Does `expr` take its text from data kept outside the step (picked by the step's

@@ -443,6 +443,16 @@ class Kinds:
             return True
         return isinstance(expr, cst.Name) and bool(DTYPE_NAME.match(expr.value))
 
+    def host_uploads(self, node: cst.CSTNode) -> list[cst.Call]:
+        """The `.to()` / `.cuda()` calls under `node` that copy a tensor living on the host
+        to the device (`Copy.uploads_host_tensor`), in document order."""
+        found = []
+        for call in self.index.find(cst.Call, within=node):
+            copy = self.copy_of(call) if method_name(call) in ("to", "cuda") else None
+            if copy is not None and copy.uploads_host_tensor:
+                found.append(call)
+        return found
+
     def copy_of(self, call: cst.Call) -> Copy | None:
         """Describe `<receiver>.to(...)` / `<receiver>.cuda(...)`; None when it is neither
         or when the arguments cannot be told apart (device vs dtype)."""

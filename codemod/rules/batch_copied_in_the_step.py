@@ -377,7 +377,7 @@ class BatchCopiedInTheStep(Rule):
                 statements.append(statement)
                 devices.extend(copied.values())
                 continue
-            if self._mentions(statement, pending):
+            if self.context.index.variable_names(statement) & pending:
                 return NOT_PLAIN_COPIES
         if pending or len(statements) == len(body):
             return NOT_PLAIN_COPIES
@@ -479,20 +479,6 @@ class BatchCopiedInTheStep(Rule):
         if copy is not None:
             return device.value if copy.moves_device else None
         return device.value if self.context.loaders.device_copy_place(device.value) is not None else None
-
-    def _mentions(self, node: cst.CSTNode, names: set[str]) -> bool:
-        """Does `node` read or bind one of `names` (not as an attribute or keyword name)?"""
-        parents = self.context.parents
-        for name in self.context.index.find(cst.Name, within=node):
-            if name.value not in names:
-                continue
-            parent = parents.get(name)
-            if isinstance(parent, cst.Attribute) and parent.attr is name:
-                continue
-            if isinstance(parent, cst.Arg) and parent.keyword is name:
-                continue
-            return True
-        return False
 
     # -- the loader --------------------------------------------------------------------------
 

@@ -5,7 +5,6 @@ import libcst as cst
 from codemod.analysis import match as m
 from codemod.analysis.lightning import lightning_trainers
 from codemod.analysis.names import is_main_guard, names_read
-from codemod.analysis.scopes import binding_prefix
 from codemod.analysis.sizes import launch_bound, sizes_of, widest_memory_bound
 from codemod.edits import Edit, InsertAfter, InsertBefore
 from codemod.rule import Invalid, Level, Rule, Valid
@@ -506,13 +505,13 @@ class Float32MatmulWithoutTf32(Rule):
                 if (
                     function is not None
                     # a function of the module, not a method (`trainer.fit()`, which may run many times)
-                    and isinstance(self.context.parents.get(function), cst.Module)
+                    and self.context.index.top_level(function) is function
                     and any(h is function or self._reaches(function, h) for h in holders)
                 ):
                     return [self._at_top(function, enable)]
             return [self._at_top(guard, enable)]
         if None in holders or self._runs_at_module_level(module):
-            first_statement = self._module_statement(trained)
+            first_statement = self.context.index.top_level(trained)
             body = list(module.body[: module.body.index(first_statement) + 1])
             last_import = max(
                 (i for i, statement in enumerate(body) if _imports_only(statement)),
@@ -533,7 +532,7 @@ class Float32MatmulWithoutTf32(Rule):
         function holding that loop. None at module level."""
         steps = self.context.loops
         seen: set[cst.CSTNode] = set()
-        function = self._outermost_function(node)
+        function = self.context.index.outermost_enclosing(node, cst.FunctionDef)
         while function is not None and function not in seen:
             seen.add(function)
             in_loops = [
@@ -543,7 +542,7 @@ class Float32MatmulWithoutTf32(Rule):
             ]
             if not in_loops:
                 return function
-            caller = self._outermost_function(in_loops[0])
+            caller = self.context.index.outermost_enclosing(in_loops[0], cst.FunctionDef)
             if caller is None:
                 return None  # called from a loop at module level: a script
             function = caller
@@ -572,22 +571,8 @@ class Float32MatmulWithoutTf32(Rule):
         docstring = m.matches(
             body[0], m.SimpleStatementLine(body=[m.Expr(value=m.SimpleString() | m.ConcatenatedString())])
         )
-        scope = self.context.scopes.get(body[0])
-        bound = binding_prefix(body, [n.value for n in names_read(enable)], scope, self.context.index) if scope else 0
+        bound = self.context.bindings.prefix_binding(body, [n.value for n in names_read(enable)])
         ahead = max(bound, int(docstring))
         while bound and ahead < len(body) and _imports_only(body[ahead]):
             ahead += 1  # below the rest of its block of imports
         return InsertAfter(body[ahead - 1], (enable,)) if ahead else InsertBefore(body[0], (enable,))
-
-    def _outermost_function(self, node: cst.CSTNode) -> cst.FunctionDef | None:
-        outermost = None
-        for current in self.context.index.ancestors(node):
-            if isinstance(current, cst.FunctionDef):
-                outermost = current
-        return outermost
-
-    def _module_statement(self, node: cst.CSTNode) -> cst.CSTNode:
-        current = node
-        while not isinstance(self.context.parents.get(current), cst.Module):
-            current = self.context.parents.get(current)
-        return current

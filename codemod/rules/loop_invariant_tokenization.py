@@ -8,7 +8,7 @@ import libcst as cst
 from codemod.analysis.call_writes import call_writes
 from codemod.analysis.corpus import PaddedTable, Pretokenize, TextTable, corpus
 from codemod.analysis.loop_edits import in_front_of, moved_line
-from codemod.analysis.names import kwarg, method_name
+from codemod.analysis.names import kwarg
 from codemod.analysis.periodic import periodic
 from codemod.analysis.tokenizers import tokenizers
 from codemod.analysis.values import Kind
@@ -583,6 +583,7 @@ class LoopInvariantTokenization(Rule):
         self._bindings = context.bindings
         self._index = context.index
         self._reported: set[int] = set()  # calls already reported (by a hoist or as not provable)
+        self._replaced: list[cst.CSTNode] = []  # lines a fix removes or rewrites: their calls are reported with it
         self._taken: set[str] = set()  # names the fixes of this file bind
 
     # -- step loops: hoist -------------------------------------------------------------
@@ -599,12 +600,8 @@ class LoopInvariantTokenization(Rule):
         hoists = plan.doing_work(self._index)
         if hoists:
             self._fix(hoists)
-        for call in self._index.find(cst.Call, within=loop.body):
-            if (
-                id(call) in self._reported
-                or not tokenizers(self.context).tokenizes(call)
-                or self._in_hoisted(call, hoists)
-            ):
+        for call in tokenizers(self.context).calls_in(loop.body):
+            if self._was_reported(call) or self._in_hoisted(call, hoists):
                 continue
             if periodic(self.context).guard(call, loop) is not None:
                 continue  # every few steps (`if step % 100 == 0:`), not on every step
@@ -672,13 +669,10 @@ class LoopInvariantTokenization(Rule):
     def _report_repeated_copies(self, loop: cst.CSTNode, hoists: list[Hoist], plan: Hoists) -> None:
         """Copies of the same host tensor to the device, made again on every step, that could
         not be moved out with their statement: reported."""
-        for call in self._index.find(cst.Call, within=loop.body):
-            if id(call) in self._reported or method_name(call) not in ("to", "cuda") or self._in_hoisted(call, hoists):
+        for call in self.context.kinds.host_uploads(loop.body):
+            if self._was_reported(call) or self._in_hoisted(call, hoists):
                 continue
             if periodic(self.context).guard(call, loop) is not None:
-                continue
-            copy = self.context.kinds.copy_of(call)
-            if copy is None or not copy.uploads_host_tensor:
                 continue
             if variance(self.context).of(call.func.value, loop) is not None:
                 continue
@@ -689,6 +683,9 @@ class LoopInvariantTokenization(Rule):
                 f"`{self._short(call)}` copies the same host tensor to the device on every training step; "
                 f"not moved out of the loop ({reason}); copy it once before the loop",
             )
+
+    def _was_reported(self, call: cst.Call) -> bool:
+        return id(call) in self._reported or any(self.context.inside(call, line) for line in self._replaced)
 
     def _in_hoisted(self, node: cst.CSTNode, hoists: list[Hoist]) -> bool:
         return any(self.context.inside(node, hoist.line) for hoist in hoists)
@@ -715,8 +712,7 @@ class LoopInvariantTokenization(Rule):
         """The statements of the step's loop over its texts that make the ids, run once
         before the loop over every text of the corpus into a table (per item of the
         contexts), and the step's value looked up by its text."""
-        for line in (*plan.before, plan.statement):
-            self._reported.update(id(inner) for inner in self._index.find(cst.Call, within=line))
+        self._replaced.extend((*plan.before, plan.statement))
         renamed = {old: new if new == plan.corpus.value else self._fresh_name(new) for old, new in plan.renamed.items()}
         plan = replace(plan, renamed=renamed)
         name = self._fresh_name(f"{plan.target.value}_by_text")
@@ -739,9 +735,7 @@ class LoopInvariantTokenization(Rule):
     def _fix_padded_table(self, call: cst.Call, plan: PaddedTable) -> None:
         """Each text of the corpus tokenized once, unpadded, before the loop, into a table (per
         item of the contexts), and the step's rows padded by the tokenizer's `pad`."""
-        for line in (*plan.before, plan.texts_line):
-            if line is not None:
-                self._reported.update(id(inner) for inner in self._index.find(cst.Call, within=line))
+        self._replaced.extend(line for line in (*plan.before, plan.texts_line) if line is not None)
         renamed = {old: new if new == plan.corpus.value else self._fresh_name(new) for old, new in plan.renamed.items()}
         plan = replace(plan, renamed=renamed)
         name = self._fresh_name(f"{plan.corpus.value}_ids_by_text")
@@ -793,8 +787,8 @@ class LoopInvariantTokenization(Rule):
     def visit_FunctionDef(self, node: cst.FunctionDef) -> None:
         if node.name.value != "forward":
             return
-        classdef = self.context.parents.get(self.context.parents.get(node))
-        if not isinstance(classdef, cst.ClassDef) or self.context.kinds.class_fact(classdef).kind is not Kind.MODULE:
+        classdef = self.context.kinds.class_of(node)
+        if classdef is None or self.context.kinds.class_fact(classdef).kind is not Kind.MODULE:
             return
         self._report_tokenizing(
             node.body,
@@ -820,8 +814,8 @@ class LoopInvariantTokenization(Rule):
         )
 
     def _report_tokenizing(self, body: cst.CSTNode, what: str) -> None:
-        for call in self._index.find(cst.Call, within=body):
-            if id(call) not in self._reported and tokenizers(self.context).tokenizes(call):
+        for call in tokenizers(self.context).calls_in(body):
+            if not self._was_reported(call):
                 self._reported.add(id(call))
                 self.report(call, f"`{self.context.source(call.func)}` {what}")
 

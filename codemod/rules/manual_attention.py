@@ -442,10 +442,4 @@ def attend(q, k, v, mask):
         """`import torch.nn.functional` when the call is spelled out and the file does not import torch."""
         if self._functional_alias() is not None:
             return []
-        imported = any(
-            alias.name.value == "torch" and alias.asname is None
-            for node in self.context.index.find(cst.Import)
-            for alias in node.names
-            if isinstance(alias.name, cst.Name)
-        )
-        return [] if imported else [("torch.nn.functional", None)]
+        return [] if "torch" in self.context.index.plain_imports else [("torch.nn.functional", None)]

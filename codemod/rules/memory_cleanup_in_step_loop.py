@@ -222,7 +222,7 @@ class MemoryCleanupInStepLoop(Rule):
         spelled = MEMORY_CLEANUPS[min(names)]
         step_loop = self.context.loops.step_loop_of(node)
         if step_loop is not None:
-            conditions = self._conditions(node, step_loop)
+            conditions = self.context.index.conditions_within(node, step_loop)
             through, held = "", [node]  # held: what the conditions hold (or hold a call of)
         else:
             reached = self._reached_through_calls(node, spelled)
@@ -248,13 +248,13 @@ class MemoryCleanupInStepLoop(Rule):
         function = self.context.index.first_enclosing(node, (cst.FunctionDef, cst.Lambda, cst.ClassDef))
         if not sites or not isinstance(function, cst.FunctionDef):
             return None
-        conditions = self._conditions(node, function)
+        conditions = self.context.index.conditions_within(node, function)
         if conditions is None:
             return None  # in an `except` handler of the function: clean-up after an error
         for site in sites:
             for number, call in enumerate(site.calls):
                 stop = site.loop if number == 0 else self.context.index.first_enclosing(call, cst.FunctionDef)
-                found = self._conditions(call, stop)
+                found = self.context.index.conditions_within(call, stop)
                 if found is None:
                     return None  # called from an `except` handler
                 conditions += found
@@ -308,15 +308,15 @@ class MemoryCleanupInStepLoop(Rule):
     def _remove(self, node: cst.Call, spelled: str, through: str) -> None:
         """Remove the clean-up that runs on every step, with an `if` around it that only
         cleans up; a clean-up whose result is used is reported."""
-        statement = self.context.parents.get(node)
+        statement = self.context.index.expression_statement(node)
         message = f"{spelled} on every training step{through} {COSTS[spelled]}; remove it"
-        if not isinstance(statement, cst.Expr):
+        if statement is None:
             self.report(
                 node,
                 f"{spelled} in the training step loop{through} {COSTS[spelled]}; its result is used, so it is not removed",
             )
             return
-        own = self._conditions(
+        own = self.context.index.conditions_within(
             node, self.context.index.first_enclosing(node, (cst.FunctionDef, cst.For, cst.While)) or node
         )
         guard = own[0] if own else None
@@ -324,19 +324,6 @@ class MemoryCleanupInStepLoop(Rule):
             self.report(guard, message, edits=[Remove(guard)], at=node)
             return
         self.report(statement, message, edits=[Remove(statement)], at=node)
-
-    def _conditions(self, node: cst.CSTNode, stop: cst.CSTNode) -> list[cst.If] | None:
-        """The `if` statements between `node` and `stop` (innermost first); None when
-        an `except` handler is on the way (clean-up after an error)."""
-        found: list[cst.If] = []
-        for ancestor in self.context.index.ancestors(node):
-            if ancestor is stop:
-                break
-            if isinstance(ancestor, cst.ExceptHandler):
-                return None
-            if isinstance(ancestor, cst.If) and not self.context.inside(node, ancestor.test):
-                found.append(ancestor)
-        return found
 
     def _only_cleans_up(self, guard: cst.If) -> bool:
         """`if torch.cuda.is_available():` whose branches (one, or `else` too) only clean up."""
@@ -383,12 +370,7 @@ class MemoryCleanupInStepLoop(Rule):
         values = self.context.loops.values_of(expr)
         if values or not isinstance(expr, cst.Attribute):
             return values
-        code = self.context.source(expr)
-        return [
-            a.value
-            for a in self.context.index.find(cst.Assign)
-            if len(a.targets) == 1 and self.context.source(a.targets[0].target) == code
-        ]
+        return self.context.bindings.attribute_assignments(expr)
 
     def _is_cleanup(self, statement: cst.BaseSmallStatement) -> bool:
         return (

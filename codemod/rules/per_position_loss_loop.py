@@ -334,7 +334,7 @@ class PerPositionLossLoop(Rule):
     def _rewrite_loop(self, node: cst.For, loop: PositionLoop):
         """The edits that turn a loop of cross-entropy terms into one call."""
         found = self._positions.cross_entropy_loop(node, loop)
-        edits: list = [Remove(self.context.parents[assign]) for assign in found.temporaries.values()]
+        edits: list = [Remove(self.context.index.holding_line(assign)) for assign in found.temporaries.values()]
         imports = self._imports(found.term)
         if found.appended:
             edits += self._list_edits(node, found.statement, found.term, loop)
@@ -349,7 +349,7 @@ class PerPositionLossLoop(Rule):
         """The edits that turn a loop adding any loss reduced per position (or a masked
         loss) into its sum over the positions."""
         found = self._positions.summed_loop(node, loop)
-        edits: list = [Remove(self.context.parents[assign]) for assign in found.temporaries.values()]
+        edits: list = [Remove(self.context.index.holding_line(assign)) for assign in found.temporaries.values()]
         sums = [found, *found.others]  # `kd += ...; ce += ...`: each total on its own
         edits += [Replace(term.value, cst.parse_expression(term.batched)) for term in sums]
         imports = [pair for term in sums for pair in term.imports]
@@ -382,18 +382,12 @@ class PerPositionLossLoop(Rule):
         loop = positions.loop(node)
         if loop is None or not positions.losses(node.elt, loop):
             return
-        parent = self.context.parents.get(node)
-        call = self.context.parents.get(parent) if isinstance(parent, cst.Arg) else parent
+        argument = self.context.index.argument_of(node)
         try:
             if node.for_in.ifs:
                 raise NotBatched("the positions are filtered")
-            if not (
-                isinstance(call, cst.Call)
-                and len(call.args) == 1
-                and isinstance(parent, cst.Arg)
-                and parent.keyword is None
-                and not parent.star
-            ):
+            call, arg = argument or (None, None)
+            if call is None or len(call.args) != 1 or arg.keyword is not None or arg.star:
                 raise NotBatched("the per-position losses are not summed or stacked")
             if self.context.names.is_(call.func, "sum", "builtins.sum"):
                 kind = "total"

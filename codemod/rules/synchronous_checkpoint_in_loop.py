@@ -3,6 +3,7 @@ from __future__ import annotations
 import libcst as cst
 
 from codemod.analysis.checkpoints import NotACheckpoint, Save, Synchronous, checkpoints
+from codemod.analysis.index import TreeIndex
 from codemod.analysis.names import kwarg, positional
 from codemod.analysis.project import project_of
 from codemod.analysis.torch_facts import TORCH_SAVES
@@ -429,7 +430,7 @@ class SynchronousCheckpointInLoop(Rule):
         # finding carries it (the same edits, made once).
         edits: list[Edit] = [_save_edit(plan, name) for _, plan in fixable]
         for leaving in self.context.index.own_returns(loop.body):
-            edits.append(_flush_before(leaving, name, self.context.parents))
+            edits.append(_flush_before(leaving, name, self.context.index))
         waits = list({id(line): line for _, plan in fixable for line in plan.flush_before}.values())
         edits += [InsertBefore(line, (_flush_line(name),)) for line in waits]
         build = cst.SimpleStatementLine([cst.Assign([cst.AssignTarget(cst.Name(name))], cst.Call(cst.Name(IMPORT[1])))])
@@ -477,7 +478,7 @@ class SynchronousCheckpointInLoop(Rule):
         for loop in loops:
             edits.append(InsertAfter(loop, (_flush_line(name),)))
             for leaving in self.context.index.own_returns(loop.body):
-                edits.append(_flush_before(leaving, name, self.context.parents))
+                edits.append(_flush_before(leaving, name, self.context.index))
         first = sites[0][1][0]
         for call, _plan in fixable:
             self.report(
@@ -565,9 +566,9 @@ def _flush_line(name: str) -> cst.SimpleStatementLine:
     return cst.SimpleStatementLine([cst.Expr(cst.Call(cst.Attribute(cst.Name(name), cst.Name("flush"))))])
 
 
-def _flush_before(leaving: cst.Return, name: str, parents) -> Edit:
+def _flush_before(leaving: cst.Return, name: str, index: TreeIndex) -> Edit:
     """Flush before a `return` that leaves the loop: the caller may read the file at once."""
-    line = parents.get(leaving)
+    line = index.holding_line(leaving)
     if isinstance(line, cst.SimpleStatementLine):
         return InsertBefore(line, (_flush_line(name),))
     # `if done: return path` (a one-line suite) becomes a block with the flush first.

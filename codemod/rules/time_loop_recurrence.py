@@ -289,8 +289,7 @@ def ema(a, x):
         except Unsupported as why:  # read as a linear recurrence: worth saying why it stays
             self.report(node, f"a Python loop over time computes a recurrence, not rewritten: {why}")
             return
-        block = self.context.parents.get(node)
-        statements = list(block.body) if isinstance(block, (cst.IndentedBlock, cst.Module)) else [node]
+        statements = self.context.index.block_statements(node)
         index = next(i for i, s in enumerate(statements) if s is node)
         if any(suppressed_on(s, self.CODE) for s in statements[max(index - 1, 0) : index + 2]):
             return

@@ -5,8 +5,8 @@ import libcst as cst
 from codemod.analysis import step_models as sites
 from codemod.analysis.compilability import (
     compile_break,
-    computes_loss,
     file_obstacles,
+    loss_functions,
     model_break,
     model_draw,
 )
@@ -349,8 +349,7 @@ class UncompiledModel(Rule):
         compile in place the parts its forward runs that no hook reaches (a network built
         in `__init__`, each network of an `nn.ModuleDict` / `nn.ModuleList`). True when
         reported with that fix."""
-        node = next((n for n in self.context.index.find(cst.Name, within=anchor) if n.value == name), None)
-        model_class = self.context.kinds.instance_class(node) if node is not None else None
+        model_class = sites.built_class(self.context, anchor, name)
         if model_class is None or file_obstacles(self.context).double_backward is not None:
             return False
         parts = model_parts(self.context, model_class)
@@ -492,41 +491,21 @@ class UncompiledModel(Rule):
         """A function of this file that computes the loss every step: worth compiling on its own."""
         if not loop.backwards:
             return
-        sources = [loop.backwards[0].loss]
-        frontier = list(sources)
-        for _ in range(2):  # the loss, and the values its names hold, two steps back
-            found = []
-            for source in frontier:
-                names = (
-                    [source]
-                    if isinstance(source, cst.Name)
-                    else (self.context.index.find(cst.Name, within=source) if source in self.context.index else [])
-                )
-                for name in names:
-                    value = layouts(self.context).value_of(name) if name in self.context.index else None
-                    if value is not None and value not in sources:
-                        sources.append(value)
-                        found.append(value)
-            frontier = found
-        for source in sources[:12]:
-            for call in self.context.index.find(cst.Call, within=source) if source in self.context.index else ():
-                function = layouts(self.context).function_of(call)
-                if function is None or id(function) in seen or function.name.value in ("forward",):
-                    continue
-                if not computes_loss(self.context, function):
-                    continue  # it runs the model (compiled with it), computes no loss, or differentiates twice
-                seen.add(id(function))
-                # Reported, not fixed: compiled on its own, the function is a second graph after
-                # the model's, whose gain is fusing a few pointwise operations; it recompiles for
-                # every new shape and Python value it reads (another batch size at evaluation, a
-                # temperature changed per step) and falls back to eager after eight: whether it
-                # pays is a measurement, not a fact of the code.
-                self.report(
-                    function,
-                    f"`{function.name.value}` computes the loss on every step in eager mode; "
-                    f"decorate it with `@torch.compile` to fuse its operations (check the "
-                    "result with perfmod verify)",
-                )
+        for function in loss_functions(self.context, loop.backwards[0].loss):
+            if id(function) in seen:
+                continue
+            seen.add(id(function))
+            # Reported, not fixed: compiled on its own, the function is a second graph after
+            # the model's, whose gain is fusing a few pointwise operations; it recompiles for
+            # every new shape and Python value it reads (another batch size at evaluation, a
+            # temperature changed per step) and falls back to eager after eight: whether it
+            # pays is a measurement, not a fact of the code.
+            self.report(
+                function,
+                f"`{function.name.value}` computes the loss on every step in eager mode; "
+                f"decorate it with `@torch.compile` to fuse its operations (check the "
+                "result with perfmod verify)",
+            )
 
     def _module_tables(self, loop, seen: set[int]) -> None:
         """An `nn.ModuleDict` / `nn.ModuleList` of small networks, each called every step."""

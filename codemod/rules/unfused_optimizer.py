@@ -546,8 +546,7 @@ class UnfusedOptimizer(Rule):
         if not isinstance(engine, cst.Name) or self.context.training.precision_owner(engine) is None:
             return None
         spelled = device if isinstance(device, cst.Name) else engine
-        scope = self.context.scopes.get(spelled)
-        if scope is None or scope is not self.context.scopes.get(at) or len(scope[spelled.value]) != 1:
+        if not self.context.bindings.bound_once_where(spelled, at):
             return None  # another function's name, or rebound: it may mean something else there
         device_type = f"{spelled.value}.type" if spelled is device else f"{engine.value}.device.type"
         return cst.parse_expression(_guard(device_type))
@@ -560,8 +559,7 @@ class UnfusedOptimizer(Rule):
         written = training.device_types(device, written=True)
         if not written or not written <= FUSED_DEVICE_TYPES or not isinstance(device, cst.Name):
             return None
-        scope = self.context.scopes.get(device)
-        if scope is None or scope is not self.context.scopes.get(at) or len(scope[device.value]) != 1:
+        if not self.context.bindings.bound_once_where(device, at):
             return None  # `device` is another function's, or rebound: it may mean something else there
         sources = self.context.kinds.value_sources(device)
         if sources and all(isinstance(s, cst.Call) and self.context.names.is_(s.func, "torch.device") for s in sources):

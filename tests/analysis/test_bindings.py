@@ -4,18 +4,17 @@ name under test with `probe(...)`."""
 import libcst as cst
 import libcst.matchers as m
 import pytest
-from libcst.metadata import MetadataWrapper, ParentNodeProvider, ScopeProvider
 
 from codemod.analysis.bindings import Bindings, argument_for, returned_values
 from codemod.analysis.loops import calls_in
+from codemod.context import FileContext
 
 
 def probed(code: str) -> tuple[Bindings, cst.Module, cst.BaseExpression]:
-    wrapper = MetadataWrapper(cst.parse_module(code))
-    bindings = Bindings(wrapper.resolve(ScopeProvider), wrapper.resolve(ParentNodeProvider))
-    probes = [node.args[0].value for node in _calls(wrapper.module) if getattr(node.func, "value", None) == "probe"]
+    context = FileContext.of_source(code)
+    probes = [node.args[0].value for node in _calls(context.module) if getattr(node.func, "value", None) == "probe"]
     assert len(probes) == 1
-    return bindings, wrapper.module, probes[0]
+    return context.bindings, context.module, probes[0]
 
 
 def _calls(module: cst.Module) -> list[cst.Call]:
@@ -75,3 +74,40 @@ def test_helpers_functions_parameters_and_call_arguments():
     starred = cst.parse_expression("make(*args)")
     assert argument_for(starred, make, ds) is None
     assert [module.code_for_node(c.func) for c in calls_in(make.body)] == ["build"]  # not those of inner()
+
+
+@pytest.mark.parametrize(
+    "code, once",
+    [
+        ("device = pick()\nmodel.to(device)\nopt = build()\n", True),
+        ("device = pick()\nmodel.to(device)\nif c:\n    device = other()\nopt = build()\n", False),  # bound again
+        ("def f(device):\n    model.to(device)\ndevice = pick()\nopt = build()\n", False),  # another function's
+        ("def f(device):\n    model.to(device)\n    opt = build()\n", True),  # a parameter, read where it is bound
+    ],
+)
+def test_a_name_bound_once_in_the_scope_of_another_node(code, once):
+    context = FileContext.of_source(code)
+    device = [c for c in _calls(context.module) if context.source(c.func) == "model.to"][0].args[0].value
+    [build] = [c for c in _calls(context.module) if context.source(c.func) == "build"]
+    assert context.bindings.bound_once_where(device, build) is once
+
+
+def test_the_statements_a_block_runs_before_new_code_can_read_a_name():
+    context = FileContext.of_source(
+        'import torch\ndef main():\n    """Doc."""\n    x = 1\n    import torch\n    y = 2\ndef other():\n    x = 1\n'
+    )
+    main, other = (s for s in context.module.body if isinstance(s, cst.FunctionDef))
+    assert context.bindings.prefix_binding(list(main.body.body), ["torch"]) == 3  # its own import
+    assert context.bindings.prefix_binding(list(main.body.body), ["os"]) == 0
+    assert context.bindings.prefix_binding(list(other.body.body), ["torch"]) == 0  # the module's import
+    assert context.bindings.prefix_binding(list(context.module.body), ["torch"]) == 1
+
+
+def test_the_values_assigned_to_an_attribute_spelled_alike():
+    context = FileContext.of_source(
+        "args = parse()\nargs.cuda = torch.cuda.is_available()\nif x:\n    args.cuda = False\n"
+        "other.cuda = True\na = b.cuda = 1\nprobe(args.cuda)\n"
+    )
+    [probe] = [c for c in _calls(context.module) if getattr(c.func, "value", None) == "probe"]
+    values = context.bindings.attribute_assignments(probe.args[0].value)
+    assert code_of(context.module, values) == ["torch.cuda.is_available()", "False"]

@@ -15,10 +15,11 @@ from codemod.analysis.compilability import (
     computes_loss,
     file_obstacles,
     forward_of,
+    loss_functions,
     model_break,
     model_draw,
 )
-from codemod.analysis.step_models import called_models
+from codemod.analysis.step_models import anchor, built_class, called_models
 from codemod.context import FileContext
 
 HEAD = """\
@@ -251,6 +252,58 @@ def test_a_loss_function_reduces_outside_no_grad():
     )
     assert computes_loss(context, definition(context, "kl"))
     assert not computes_loss(context, definition(context, "gathered"))
+
+
+def test_the_functions_that_compute_a_steps_loss_are_followed_two_assignments_back():
+    context = parsed(
+        """
+        class Net(nn.Module):
+            def forward(self, x):
+                return x.mean()
+
+        def kl(p, q):
+            return F.kl_div(p.log(), q, reduction="batchmean")
+
+        def smooth(p):
+            return p.softmax(-1)
+
+        def scaled(v):
+            return v * 2
+
+        model = Net()
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        for x, y in [(torch.randn(2, 4), torch.rand(2, 4))]:
+            p = smooth(x)
+            q = kl(p, y)
+            loss = scaled(q) + kl(p, y) + model(x)
+            loss.backward()
+        """
+    )
+    [step] = [s for s in context.module.body if isinstance(s, cst.For)]
+    loss = step.body.body[2].body[0].value
+    found = loss_functions(context, loss)
+    # once, though the loss calls it twice; `smooth` and `scaled` reduce nothing
+    assert [f.name.value for f in found] == ["kl"]
+
+
+def test_the_class_of_a_model_where_it_is_built():
+    context = parsed(
+        """
+        class Net(nn.Module):
+            def forward(self, x):
+                return x
+
+        model = Net()
+        model.to("cpu")
+        linear = nn.Linear(4, 4)
+        for x in [torch.randn(2, 4)]:
+            model(x).sum().backward()
+            linear(x).sum().backward()
+        """
+    )
+    [loop] = [s for s in context.module.body if isinstance(s, cst.For)]
+    assert built_class(context, anchor(context, loop, "model"), "model") is definition(context, "Net")
+    assert built_class(context, anchor(context, loop, "linear"), "linear") is None  # torch's, not the file's
 
 
 # -- the torch facts it reads, against the installed torch ------------------------------------

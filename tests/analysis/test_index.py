@@ -1,4 +1,5 @@
-"""TreeIndex: the statement of the module's body that holds a node."""
+"""TreeIndex: where a node sits (the statement, block, call, function and conditions around
+it) and the nodes of a type under it."""
 
 import libcst as cst
 
@@ -63,3 +64,92 @@ copy = TreeIndex._copy
 def test_the_names_a_file_spells_are_its_variables_attributes_and_keywords():
     index = TreeIndex(cst.parse_module("import torch\nloader = DataLoader(data, sampler=s)\nx = loader.batch_size\n"))
     assert index.spelled_names == {"torch", "loader", "DataLoader", "data", "sampler", "s", "x", "batch_size"}
+
+
+def _index(code: str) -> tuple[TreeIndex, cst.Module]:
+    module = cst.parse_module(code)
+    return TreeIndex(module), module
+
+
+def _code(module: cst.Module, node) -> str | None:
+    return module.code_for_node(node) if node is not None else None
+
+
+def test_the_outermost_function_around_a_node():
+    index, module = _index("def outer():\n    def inner():\n        return g(1)\n    return inner\nh(2)\n")
+    g, h = index.find(cst.Call)
+    assert index.outermost_enclosing(g, cst.FunctionDef) is module.body[0]
+    assert index.first_enclosing(g, cst.FunctionDef) is not module.body[0]
+    assert index.outermost_enclosing(h, cst.FunctionDef) is None
+
+
+def test_the_statements_of_the_block_that_holds_a_statement():
+    index, module = _index("a = 1\nfor x in y:\n    b = 2\n    c = 3\nif d: e = 4\n")
+    loop = module.body[1]
+    assert index.block_statements(loop) == list(module.body)
+    assert index.block_statements(loop.body.body[1]) == list(loop.body.body)
+    one_line = module.body[2].body.body[0]  # `e = 4` in a one-line suite
+    assert index.block_statements(one_line) == [one_line]
+
+
+def test_the_line_that_holds_a_small_statement():
+    index, module = _index("def f():\n    return 1\n    if done: return 2\n")
+    first, second = index.find(cst.Return)
+    assert isinstance(index.holding_line(first), cst.SimpleStatementLine)
+    assert isinstance(index.holding_line(second), cst.SimpleStatementSuite)
+
+
+def test_a_call_alone_on_its_line_is_an_expression_statement():
+    index, module = _index("torch.cuda.empty_cache()\nfreed = gc.collect()\nprint(gc.collect())\n")
+    alone, assigned, _, passed = index.find(cst.Call)  # `print(...)` comes before the call it is passed
+    assert index.expression_statement(alone) is module.body[0].body[0]
+    assert index.expression_statement(assigned) is None
+    assert index.expression_statement(passed) is None
+
+
+def test_the_call_a_node_is_an_argument_of():
+    index, module = _index(
+        "total = sum(f(t) for t in ts)\nv = torch.stack(xs=[g(t) for t in ts])\nw = (h(t) for t in ts)\n"
+    )
+    summed, stacked, alone = index.find((cst.GeneratorExp, cst.ListComp))
+    call, argument = index.argument_of(summed)
+    assert _code(module, call.func) == "sum" and argument.value is summed
+    call, argument = index.argument_of(stacked)
+    assert _code(module, call.func) == "torch.stack" and argument.keyword.value == "xs"
+    assert index.argument_of(alone) is None
+    assert index.argument_of(module.body[0]) is None
+
+
+def test_the_conditions_between_a_node_and_a_block_around_it():
+    code = (
+        "for batch in loader:\n"
+        "    if cuda:\n"
+        "        if step % 10 == 0:\n"
+        "            torch.cuda.empty_cache()\n"
+        "    if torch.cuda.memory_allocated() > limit:\n"
+        "        pass\n"
+        "    try:\n"
+        "        step()\n"
+        "    except RuntimeError:\n"
+        "        if retry:\n"
+        "            gc.collect()\n"
+    )
+    index, module = _index(code)
+    loop = module.body[0]
+    calls = {_code(module, call.func): call for call in index.find(cst.Call)}
+    outer, inner = loop.body.body[0], loop.body.body[0].body.body[0]
+    assert index.conditions_within(calls["torch.cuda.empty_cache"], loop) == [inner, outer]
+    assert index.conditions_within(calls["torch.cuda.empty_cache"], outer) == [inner]
+    assert index.conditions_within(calls["torch.cuda.memory_allocated"], loop) == []  # in the test, not a branch
+    assert index.conditions_within(calls["gc.collect"], loop) is None  # after an error
+
+
+def test_the_modules_a_file_imports_under_their_own_name():
+    index, _ = _index("import os, numpy as np\nimport torch.nn\ndef f():\n    import json\nfrom torch import nn\n")
+    assert index.plain_imports == {"os", "json"}
+
+
+def test_the_variables_a_node_spells():
+    index, module = _index("x = model(data, device=dev).logits\nfor i, (a, b) in enumerate(pairs):\n    pass\n")
+    assert index.variable_names(module.body[0]) == {"x", "model", "data", "dev"}
+    assert index.variable_names(module.body[1]) == {"i", "a", "b", "enumerate", "pairs"}

@@ -153,6 +153,24 @@ def test_copy_of_undecidable_or_other(code):
     assert copy is None
 
 
+def test_the_copies_of_host_tensors_to_the_device_in_a_loop():
+    context = FileContext.of_source(
+        HEAD
+        + "device = torch.device('cuda')\n"
+        + "table = torch.randn(8, 4)\n"
+        + "for step in range(3):\n"
+        + "    t = table.to(device)\n"
+        + "    u = t.to(device)\n"
+        + "    v = table.to(torch.float16)\n"
+        + "    w = table.cuda()\n"
+        + "    model.to(device)\n"
+    )
+    loop = context.module.body[-1]
+    uploads = context.kinds.host_uploads(loop.body)
+    # not a tensor on the device already, a cast that stays on the host, or a model
+    assert [context.source(call) for call in uploads] == ["table.to(device)", "table.cuda()"]
+
+
 @pytest.mark.parametrize(
     "code,mutated",
     [

@@ -296,3 +296,9 @@ def test_an_encode_of_a_tensor_is_a_models_not_a_tokenizers():
     )
     assert not tokenizers(context).tokenizes(call_spelled(context, "vae.encode"))
     assert tokenizers(context).tokenizes(call_spelled(context, "tok.encode"))
+
+
+def test_the_calls_that_tokenize_in_a_loop_body():
+    context = program(READS_VOCAB, "    x = torch.tensor([wt.encode(lines[it % 4], 4)])\n    print(len(lines))")
+    loop = loop_of(context)
+    assert [context.source(call) for call in tokenizers(context).calls_in(loop.body)] == ["wt.encode(lines[it % 4], 4)"]
