@@ -64,6 +64,11 @@ CHANGED = [
     ("cfg.model.dim", "cfg.model.dim = cfg.model.dim + 2", "`cfg.model` has attributes assigned in the loop"),
     ("cfg.model.dim", "cfg.model.dim += 2", "`cfg.model` has attributes assigned in the loop"),
     ("cfg.model.dim", 'setattr(cfg.model, "dim", step + 3)', "`cfg.model` has attributes assigned in the loop"),
+    (
+        "cfg.model.dim",
+        "if step == 3:\n            del cfg.model.dim",
+        "`cfg.model` has attributes assigned in the loop",
+    ),
     ("cfg.model.sizes[0]", "cfg.model.sizes[0] += 2", "`cfg.model.sizes` is changed in place in the loop"),
     ("len(cfg.model.sizes)", "cfg.model.sizes.append(step)", "`cfg.model.sizes` is changed in place in the loop"),
 ]

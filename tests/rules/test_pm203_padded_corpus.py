@@ -272,10 +272,16 @@ def test_a_tokenizer_a_trained_model_holds_pads_the_rows_of_its_table(tmp_path):
     assert before.count("loss") == 8 and before == after
 
 
-def test_a_tokenizer_replaced_in_the_loop_is_reported():
+@pytest.mark.parametrize(
+    "replacing",
+    [
+        "ctx.wrapper.tokenizer = AutoTokenizer.from_pretrained('toy-lm')",
+        "setattr(ctx.wrapper, 'tokenizer', AutoTokenizer.from_pretrained('toy-lm'))",
+    ],
+)
+def test_a_tokenizer_replaced_in_the_loop_is_reported(replacing):
     source = SEED.read_text().replace(
-        "            ids = ctx.wrapper.tokenizer(",
-        "            ctx.wrapper.tokenizer = AutoTokenizer.from_pretrained('toy-lm')\n            ids = ctx.wrapper.tokenizer(",
+        "            ids = ctx.wrapper.tokenizer(", f"            {replacing}\n            ids = ctx.wrapper.tokenizer("
     )
     result = _rewrite(source)
     assert not result.changed
