@@ -735,13 +735,13 @@ def _mutating(method: str) -> bool:
 
 def _stored(targets: list[cst.BaseExpression]) -> list[cst.BaseExpression]:
     """The targets stored to, through the tuples and lists of `a.x, a.y = ...`."""
-    found = []
-    while targets:
-        target = targets.pop()
+    found, pending = [], list(targets)
+    while pending:
+        target = pending.pop()
         if isinstance(target, (cst.Tuple, cst.List)):
-            targets += [element.value for element in target.elements]
+            pending += [element.value for element in target.elements]
         elif isinstance(target, cst.StarredElement):
-            targets.append(target.value)
+            pending.append(target.value)
         else:
             found.append(target)
     return found
