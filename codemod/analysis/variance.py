@@ -509,12 +509,15 @@ class Variance:
 
     def _memory_step(self, node: cst.CSTNode, parent: cst.CSTNode | None) -> tuple[cst.CSTNode, bool] | None:
         """`parent` of `node` when it still shares the memory of the object `node` holds: an
-        item of it (`node[i]`), or a call of a view or cast method on it, with whether it is
-        (part of) the object itself rather than a copy (`SHARING_CALLS`); None otherwise."""
+        item of it (`node[i]`), a view attribute (`node.data`, `node.T`), or a call of a view
+        or cast method on it, with whether it is (part of) the object itself rather than a
+        copy (`SHARING_CALLS`); None otherwise."""
         if isinstance(parent, cst.Subscript) and parent.value is node:
             return parent, True
         if not (isinstance(parent, cst.Attribute) and parent.value is node):
             return None
+        if parent.attr.value in SHARING_ATTRIBUTES:
+            return parent, True
         call, method = self.context.parents.get(parent), parent.attr.value
         if (
             isinstance(call, cst.Call)
@@ -693,6 +696,9 @@ class Variance:
                 return f"`{name}` is read in the loop before it is bound"
         for alias in sorted(self.aliases(statement.targets[0].target, region)):
             changed = self.in_place_change(alias, region)
+            if changed is None and self.changed_through(cst.Name(alias), region):
+                # (what it holds changed: `enc.input_ids[:, 0] = bos` changes `enc` too)
+                changed = f"`{alias}` is changed in place in the loop"
             if changed is not None and alias == name:
                 return f"{changed}, and hoisted it would carry the change to the next step"
             if changed is not None:

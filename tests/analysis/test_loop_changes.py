@@ -1,7 +1,11 @@
 """What a loop changes through a chain of attributes (`cfg.model.dim = ...`,
 `self.tok.vocab = ...`): a value read through the chain is not the same on every step,
-and PM203 leaves it in the loop. The original and the rewrite at level `safe` run on the
-CPU and give the same losses, bit for bit."""
+and PM203 leaves it in the loop; nor does it move a value the loop changes through an
+attribute (`ids.data[0] += 1`, `enc.input_ids[:, 0] += 1`), which would carry the change
+to the next step. The original and the rewrite run on the CPU and give the same losses,
+bit for bit."""
+
+import sys
 
 import libcst as cst
 import pytest
@@ -122,3 +126,83 @@ def test_a_chain_beside_the_one_read_leaves_the_value_invariant():
     result = _rewrite(source)
     assert [f.applied for f in result.findings] == [True]
     assert _losses(result.new_source.decode()) == _losses(source)
+
+
+CHANGED_THROUGH_A_VIEW = """\
+import torch
+
+
+def main():
+    torch.manual_seed(0)
+    emb = torch.nn.Embedding(32, 4)
+    losses = []
+    for step in range(4):
+        ids = torch.arange(4)
+        ids.data[0] += step
+        loss = emb(ids).pow(2).mean()
+        loss.backward()
+        losses.append(loss.item())
+    return losses
+"""
+
+CHANGED_THROUGH_AN_ATTRIBUTE = """\
+import torch
+import transformers
+
+
+def main():
+    torch.manual_seed(0)
+    tok = transformers.GPT2TokenizerFast.from_pretrained("gpt2")
+    emb = torch.nn.Embedding(32, 4)
+    losses = []
+    for step in range(4):
+        enc = tok("a fixed text", return_tensors="pt")
+        enc.input_ids[:, 0] += 1
+        loss = emb(enc["input_ids"]).pow(2).mean()
+        loss.backward()
+        losses.append(loss.item())
+    return losses
+"""
+
+# A stand-in for transformers' fast tokenizer: its BatchEncoding reads `input_ids` as an
+# item and as an attribute.
+STAND_IN = """\
+import torch
+
+
+class BatchEncoding(dict):
+    __getattr__ = dict.__getitem__
+
+
+class GPT2TokenizerFast:
+    @classmethod
+    def from_pretrained(cls, name):
+        return cls()
+
+    def __call__(self, text, return_tensors=None):
+        return BatchEncoding(input_ids=torch.tensor([[3 + len(word) for word in text.split()]]))
+"""
+
+
+@pytest.fixture
+def stand_in(tmp_path, monkeypatch):
+    """`transformers` is the stand-in above while the test runs."""
+    (tmp_path / "transformers.py").write_text(STAND_IN)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "transformers", raising=False)
+    yield
+    sys.modules.pop("transformers", None)
+
+
+def test_a_tensor_changed_through_its_view_attribute_is_made_on_every_step():
+    result = _rewrite(CHANGED_THROUGH_A_VIEW)
+    assert not [f for f in result.findings if f.applied]
+    assert _losses(result.new_source.decode()) == _losses(CHANGED_THROUGH_A_VIEW)
+
+
+def test_an_encoding_changed_through_its_attribute_is_made_on_every_step(stand_in):
+    result = _rewrite(CHANGED_THROUGH_AN_ATTRIBUTE)
+    (finding,) = result.findings
+    assert not finding.applied
+    assert "`enc` is changed in place in the loop, and hoisted it would carry the change" in finding.message
+    assert _losses(result.new_source.decode()) == _losses(CHANGED_THROUGH_AN_ATTRIBUTE)
