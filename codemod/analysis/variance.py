@@ -35,8 +35,9 @@ place: what may be computed once before the loop instead of once per iteration.
   around it in the same function) in front of which `name = value` can run once: its
   value invariant there, the name bound nowhere else in it (or by a chain moved with it,
   `s = f(...)` then `s = s.to(device)`), read only after it, and its object (or a view
-  of it) never changed in place there; else (None, (call, message)) when only a callee
-  not proven pure stands in the way, (None, reason) or (None, None).
+  of it, or what its attributes hold: `enc.input_ids[:, 0] += 1`) never changed in place
+  there; else (None, (call, message)) when only a callee not proven pure stands in the
+  way, (None, reason) or (None, None).
 - `hoists(loop, skip)`: Hoists: the lines of the step that may run once, each in front of
   its outermost loop, in order; the calls only a callee not proven pure keeps in; and
   why the other invariant values do not move (`why_not(node, context)`); `doing_work(index)`:
@@ -678,7 +679,8 @@ class Variance:
     def _target_problem(self, name: str, statement: cst.Assign, line: cst.CSTNode, region: cst.CSTNode, hoisted: dict):
         """Can `name = value` run once before `region`: bound nowhere else in it (or only by
         a chain hoisted with it, `s = f(...)` then `s = s.to(device)`), read in it only after
-        those statements, and its value never changed in place there?"""
+        those statements, and its value (or what its attributes hold) never changed in place
+        there?"""
         scope = self._scopes.get(statement)
         others = [a for a in self.context.kinds.bindings_in(region, name) if a.node is not statement.targets[0].target]
         chain = [statement]
