@@ -131,8 +131,8 @@ class Bindings:
         return node is ancestor
 
     def variable(self, name: cst.Name) -> tuple:
-        """A key for the variable `name` is: the same for every binding and read of it (its
-        scope and spelling), to remember which variables are being followed."""
+        """The variable `name` names, as a key: the same for every binding and read of it
+        (its scope and spelling), to remember which variables are being followed."""
         return (self.scopes.get(name), name.value)
 
     def name_bindings(self, name: cst.Name) -> list[Assignment] | None:
