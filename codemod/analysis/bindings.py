@@ -14,7 +14,7 @@ from libcst.metadata import Assignment
 
 from codemod.analysis.index import TreeIndex
 from codemod.analysis.names import names_read, sole_definition
-from codemod.analysis.scopes import PerBindings, binding_prefix
+from codemod.analysis.scopes import PerBindings, binding_prefix, reads_of
 
 # Nodes between a bound Name and the statement that binds it.
 _TARGET_WRAPPERS = (cst.Tuple, cst.List, cst.Element, cst.StarredElement, cst.AssignTarget, cst.AsName, cst.WithItem)
@@ -154,6 +154,27 @@ class Bindings:
             for assign in self.index.find(cst.Assign)
             if len(assign.targets) == 1 and self.index.module.code_for_node(assign.targets[0].target) == code
         ]
+
+    def variable(self, name: cst.Name) -> tuple:
+        """The variable `name` names, as a key: the same for every binding and read of it
+        (its scope and spelling), to remember which variables are being followed."""
+        return (self.scopes.get(name), name.value)
+
+    def name_bindings(self, name: cst.Name) -> list[Assignment] | None:
+        """The bindings of the variable `name` in the scope it is used in (not an enclosing
+        one's), each of a plain name (`x = ...`, `for x in ...`, `with ... as x`); None when
+        it is not resolved, or one binds it otherwise (a parameter, an import, a `def`)."""
+        scope = self.scopes.get(name)
+        if scope is None:
+            return None
+        found = list(scope.assignments[name.value])
+        return found if all(isinstance(a.node, cst.Name) for a in found) else None
+
+    def reads(self, name: cst.Name) -> list[cst.CSTNode] | None:
+        """Every read of the variable `name` that one of its `name_bindings` may reach, each
+        once; None when `name_bindings` is None."""
+        found = self.name_bindings(name)
+        return None if found is None else [access.node for access in reads_of(found)]
 
     def param_of(self, name: cst.Name) -> tuple[cst.FunctionDef, cst.Param] | None:
         """The function and parameter `name` is bound to, when that is its only binding."""

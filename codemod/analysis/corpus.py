@@ -57,7 +57,6 @@ import libcst as cst
 from libcst.metadata import BuiltinAssignment
 
 from codemod.analysis.bindings import argument_for
-from codemod.analysis.call_writes import call_writes
 from codemod.analysis.lengths import Lengths
 from codemod.analysis.names import kwarg, names_read
 from codemod.analysis.project import project_of
@@ -361,13 +360,10 @@ class Corpus:
             if self._variance.changed_in_place(name, loop):
                 return f"`{name}` is changed in place in the step"
         start, end = self.context.positions[value].end, self.context.positions[comp].start
-        scope = self._scopes.get(indices)
-        for assignment in scope[indices.value] if scope is not None else ():
-            node = getattr(assignment, "node", None)
-            if isinstance(node, cst.CSTNode) and self.context.inside(node, loop):
-                at = self.context.positions[node].start
-                if (start.line, start.column) <= (at.line, at.column) <= (end.line, end.column):
-                    return f"`{indices.value}` is bound again between the texts and their tokenization"
+        for assignment in self.context.kinds.bindings_in(loop, indices.value):
+            at = self.context.positions[assignment.node].start
+            if (start.line, start.column) <= (at.line, at.column) <= (end.line, end.column):
+                return f"`{indices.value}` is bound again between the texts and their tokenization"
         return corpus, picks.target.value, indices
 
     def encoder_impurity(self, call: cst.Call, region: cst.CSTNode) -> str | None:
@@ -825,7 +821,7 @@ class Corpus:
             loop,
             partial(self.encoder_impurity, call),
             partial(self._picks_vary, exprs, bound, nesting, replayed, chain_assigns),
-            partial(self._tokenizer_replaced, receiver, items),
+            partial(self._variance.replaced, receiver, ahead=items),
             partial(self._texts_changed, corpus, items),
         )
         if isinstance(region, str):
@@ -896,34 +892,6 @@ class Corpus:
         if batch.comp is not None and batch.texts_line is None and isinstance(batch.given, cst.Name):
             return f"`{batch.given.value}`, the list of texts, is used elsewhere too"
         return self._padding_problem(call, loop)
-
-    def _tokenizer_replaced(self, receiver: cst.BaseExpression, items: cst.For | None, region) -> str | None:
-        """Why the known tokenizer `receiver` (`ctx.wrapper.tokenizer`) may be another object
-        on some iteration of `region`: a name or an attribute of its chain bound or written
-        there (the item of `for ctx in contexts:` is bound in front of it); None when it is the
-        same one, whether or not what holds it is trained (the optimizer changes a model's
-        parameters, not the tokenizer it keeps)."""
-        node = receiver
-        targets = [t.target for t in self._index.find(cst.AssignTarget, within=region)]
-        while isinstance(node, cst.Attribute):
-            if any(target.deep_equals(node) for target in targets):
-                return f"`{self.context.source(node)}` is assigned in the loop"
-            written = call_writes(self.context).attribute_written(node, region)
-            if written is not None:
-                return written
-            node = node.value
-        if not isinstance(node, cst.Name):
-            return self._variance.of(node, region)
-        if items is not None and node.value == items.target.value:
-            return None
-        if self._variance.attributes_assigned(node.value, region):
-            return f"`{node.value}` has attributes assigned in the loop"
-        scope = self._scopes.get(node)
-        for assignment in scope[node.value] if scope is not None else ():
-            bound = getattr(assignment, "node", None)
-            if isinstance(bound, cst.CSTNode) and self.context.inside(bound, region):
-                return f"`{node.value}` is re-bound in the loop"
-        return None
 
     def _texts_comp(self, texts: cst.BaseExpression, loop: cst.CSTNode):
         """(comp, line): the comprehension of the texts a call tokenizes together, given as

@@ -40,7 +40,7 @@ class HookHandles:
 
     def __init__(self, context: FileContext) -> None:
         self.context = context
-        self._following: set[tuple] = set()  # (scope, name) of handles and containers being followed
+        self._following: set[tuple] = set()  # the variables (`Bindings.variable`) being followed
         self._found: dict[cst.Call, list[cst.CSTNode] | None] = {}
 
     def removals(self, call: cst.Call) -> list[cst.CSTNode] | None:
@@ -102,19 +102,6 @@ class HookHandles:
             target if isinstance(target, cst.Name) and isinstance(statement.value, (cst.List, cst.ListComp)) else None
         )
 
-    def _references(self, name: cst.Name) -> list[cst.Name] | None:
-        """Every read of the variable `name` in its scope, or None when it is bound
-        by something other than a plain assignment or a `for` target."""
-        scope = self.context.scopes.get(name)
-        if scope is None:
-            return None
-        reads = []
-        for assignment in scope.assignments[name.value]:
-            if not isinstance(assignment.node, cst.Name):
-                return None  # a parameter, an import, a global: bound elsewhere
-            reads += [access.node for access in assignment.references]
-        return reads
-
     def _is_remove(self, read: cst.CSTNode) -> cst.Call | None:
         """The call `read.remove()`, if that is what `read` is the receiver of."""
         attribute = self.context.parents.get(read)
@@ -134,10 +121,10 @@ class HookHandles:
         """Removals of the handle held by `name`: `name.remove()` or `with name:`, or
         those of the list or dict it is put in; it may also be compared with None.
         Any other read: None."""
-        key = self._following_key(name)
+        key = self.context.bindings.variable(name)
         if key in self._following:
             return []  # followed already, further up: its reads are being checked there
-        reads = self._references(name)
+        reads = self.context.bindings.reads(name)
         if reads is None:
             return None
         self._following.add(key)
@@ -145,9 +132,6 @@ class HookHandles:
             return self._handle_reads(reads)
         finally:
             self._following.discard(key)
-
-    def _following_key(self, name: cst.Name) -> tuple:
-        return (self.context.scopes.get(name), name.value)
 
     def _handle_reads(self, reads: list[cst.Name]) -> list[cst.CSTNode] | None:
         removals = []
@@ -185,15 +169,14 @@ class HookHandles:
     def _exit_stack_removals(self, name: cst.Name) -> list[cst.CSTNode] | None:
         """`with contextlib.ExitStack() as stack:` ... `stack.enter_context(handle)`: the
         `with` removes the handles, if `stack` is used for nothing but enter_context."""
-        reads = self._references(name)
+        reads = self.context.bindings.reads(name)
         if reads is None:
             return None
         for read in reads:
             if not m.matches(self.context.parents.get(read), m.Attribute(attr=m.Name("enter_context"))):
                 return None
-        scope = self.context.scopes.get(name)
         removals = []
-        for assignment in scope.assignments[name.value]:
+        for assignment in self.context.bindings.name_bindings(name):
             as_name = self.context.parents.get(assignment.node)
             item = self.context.parents.get(as_name)
             if not (
@@ -209,20 +192,18 @@ class HookHandles:
         """Removals of the handles kept in the list or dict `name`: it must be built here
         (`[...]`, `{}`, a comprehension, `list()`, `dict()`), and only be filled,
         cleared, measured, or emptied by removing each handle."""
-        scope = self.context.scopes.get(name)
-        if scope is None:
+        bindings = self.context.bindings.name_bindings(name)
+        if bindings is None:
             return None
-        key = self._following_key(name)
+        key = self.context.bindings.variable(name)
         if key in self._following:
             return []
-        for assignment in scope.assignments[name.value]:
-            if not isinstance(assignment.node, cst.Name):
-                return None
+        for assignment in bindings:
             value = self.context.bindings.assigned_value(assignment)  # `hs = []`, `hs: list[H] = []`
             statement = self.context.bindings.statement(assignment.node)
             if not self._new_container(value) and self._list_target(statement) is None:
                 return None  # (`hs += [...]` is checked by _list_target)
-        reads = self._references(name)
+        reads = self.context.bindings.reads(name)
         if reads is None:
             return None
         self._following.add(key)
@@ -302,7 +283,7 @@ class HookHandles:
             target = target.elements[1].value
         if not isinstance(target, cst.Name):
             return None
-        if self._following_key(target) in self._following:
+        if self.context.bindings.variable(target) in self._following:
             return []  # `h = register(...); hs.append(h)` ... `for h in hs:`: the same name, checked already
         if isinstance(parent, cst.CompFor):
             found = (

@@ -16,7 +16,12 @@ place: what may be computed once before the loop instead of once per iteration.
   from its bindings through the reads they reach (`Kinds.sources`, `reached_reads`).
 - `changed_in_place(name, region)`: is the object `name` holds changed in place in
   `region` (`x.add_(1)`, `x.append(y)`, `x[0] = y`, `x += y`, `f(out=x)`)?
-- `attributes_assigned(name, region)`: is `name.attr = ...` assigned there?
+- `attributes_assigned(receiver, region)`: is `receiver.attr = ...` (a name's, or a chain's:
+  `a.b.attr = ...`) assigned there (`+=`, `del` and `setattr` too)? `attribute_assigned(attribute,
+  region)`: is `a.b.attr` itself? `changed_through(expr, region)`: is the object `expr` holds
+  changed through itself there (`a.b.c = v`, `a.b[i] = v`, `a.b.append(v)` change `a.b`)?
+- `replaced(chain, region, ahead)`: why the object a chain reads (`self.tok`) may be another
+  one, or changed, on some iteration, whatever the loop does to what holds it.
 - `trained(name)`: does `name` hold a model, a parameter, or a tensor that requires
   grad (which an optimizer or autograd changes every step)?
 - `makes_tensor(expr)`: is `expr` a tensor (or a tokenizer's BatchEncoding), so that
@@ -30,8 +35,9 @@ place: what may be computed once before the loop instead of once per iteration.
   around it in the same function) in front of which `name = value` can run once: its
   value invariant there, the name bound nowhere else in it (or by a chain moved with it,
   `s = f(...)` then `s = s.to(device)`), read only after it, and its object (or a view
-  of it) never changed in place there; else (None, (call, message)) when only a callee
-  not proven pure stands in the way, (None, reason) or (None, None).
+  of it, or what its attributes hold: `enc.input_ids[:, 0] += 1`) never changed in place
+  there; else (None, (call, message)) when only a callee not proven pure stands in the
+  way, (None, reason) or (None, None).
 - `hoists(loop, skip)`: Hoists: the lines of the step that may run once, each in front of
   its outermost loop, in order; the calls only a callee not proven pure keeps in; and
   why the other invariant values do not move (`why_not(node, context)`); `doing_work(index)`:
@@ -78,6 +84,16 @@ if TYPE_CHECKING:
 KEY = "variance"
 NO_HOISTS: Mapping[str, cst.CSTNode] = MappingProxyType({})
 LITERALS = (cst.Integer, cst.Float, cst.Imaginary, cst.SimpleString)
+ANY_ATTRIBUTE = "*"  # the attribute `setattr(obj, key, v)` assigns, its name made at run time
+
+
+@dataclass
+class _Change:
+    """An object a loop changes through itself: `changed.attribute = v` (`attribute` its
+    name, ANY_ATTRIBUTE for one made at run time), or an item or method of it (None)."""
+
+    changed: cst.BaseExpression
+    attribute: str | None = None
 
 
 @dataclass
@@ -126,6 +142,7 @@ class Variance:
         self._index = context.index
         self._tokenizers = tokenizers(context)
         self._names_in: dict[int, dict[str, list[cst.Name]]] = {}  # region -> its Name nodes by spelling
+        self._changes_in: dict[int, list[_Change]] = {}  # region -> what it changes through attributes, items, methods
         self._trained_by_bindings = PerBindings()
 
     def of(self, expr: cst.BaseExpression, region: cst.CSTNode, hoisted: Mapping[str, cst.CSTNode] = NO_HOISTS):
@@ -154,15 +171,19 @@ class Variance:
         return f"`{self.context.source(expr)}` is not an expression perfmod follows"
 
     def _of_attribute(self, expr: cst.Attribute, region, hoisted):
-        """`of` an attribute: a module attribute is invariant; one of a model, or assigned or
-        written in the loop, is not; else it is where what it is read from is."""
+        """`of` an attribute: a module attribute is invariant; one of a model, one whose
+        receiver has attributes assigned in the loop, one whose object the loop changes (its
+        attributes or items assigned, a changing method called on it), or one written by a call
+        of the loop, is not; else it is where what it is read from is."""
         if self.context.names.of(expr):
             return None  # `torch.long`: a module attribute
         if self.context.kinds.fact(expr.value).kind is Kind.MODULE and not self._tokenizers.is_known(expr):
             # (a known tokenizer a model holds, `ctx.wrapper.tokenizer`, is none of its parameters)
             return f"`{self.context.source(expr.value)}` is a model: its parameters change every step"
-        if isinstance(expr.value, cst.Name) and self.attributes_assigned(expr.value.value, region):
+        if self.attributes_assigned(expr.value, region):
             return f"`{self.context.source(expr.value)}` has attributes assigned in the loop"
+        if self.changed_through(expr, region):
+            return f"`{self.context.source(expr)}` is changed in place in the loop"
         written = call_writes(self.context).attribute_written(expr, region)
         if written is not None:
             return written
@@ -305,6 +326,33 @@ class Variance:
             return written
         if self.trained(name):
             return f"`{name.value}` is trained: the optimizer changes it in place every step"
+        return None
+
+    def replaced(self, chain: cst.BaseExpression, region: cst.CSTNode, ahead: cst.For | None = None) -> str | None:
+        """Why the object the chain `chain` reads (`self.tok`, `ctx.wrapper.tokenizer`) may be
+        another one, or changed, on some iteration of `region`: changed through itself there
+        (`changed_through`), a link of the chain assigned (`attribute_assigned`, or by a call
+        of the file: `call_writes`), its root name re-bound (a root that is not a name: where
+        it varies, `of`). None when it is the same object, whatever else the loop does to
+        what holds it (the optimizer changes a model's parameters, not the tokenizer it
+        keeps). The target of `ahead`, a loop inside `region`, is bound in front of the
+        chain on each of its passes (`for ctx in contexts:`)."""
+        if self.changed_through(chain, region):
+            return f"`{self.context.source(chain)}` is changed in place in the loop"
+        node = chain
+        while isinstance(node, cst.Attribute):
+            if self.attribute_assigned(node, region):
+                return f"`{self.context.source(node)}` is assigned in the loop"
+            written = call_writes(self.context).attribute_written(node, region)
+            if written is not None:
+                return written
+            node = node.value
+        if not isinstance(node, cst.Name):
+            return self.of(node, region)
+        if ahead is not None and isinstance(ahead.target, cst.Name) and node.value == ahead.target.value:
+            return None
+        if self.context.kinds.bindings_in(region, node.value):
+            return f"`{node.value}` is re-bound in the loop"
         return None
 
     def trained(self, name: cst.Name) -> bool:
@@ -456,19 +504,21 @@ class Variance:
         (`x.add_(1)`, `x.append(y)`) or an assignment to it (`x.attr = y`)?"""
         parent = self.context.parents.get(attribute)
         if isinstance(parent, cst.Call) and parent.func is attribute:
-            method = attribute.attr.value
-            return method in MUTATING_METHODS or (method.endswith("_") and not method.startswith("_"))
+            return _mutating(attribute.attr.value)
         # (`y += x.attr` reads the attribute: only `x.attr += y` is written to)
         return isinstance(parent, cst.AssignTarget) or isinstance(parent, cst.AugAssign) and parent.target is attribute
 
     def _memory_step(self, node: cst.CSTNode, parent: cst.CSTNode | None) -> tuple[cst.CSTNode, bool] | None:
         """`parent` of `node` when it still shares the memory of the object `node` holds: an
-        item of it (`node[i]`), or a call of a view or cast method on it, with whether it is
-        (part of) the object itself rather than a copy (`SHARING_CALLS`); None otherwise."""
+        item of it (`node[i]`), a view attribute (`node.data`, `node.T`), or a call of a view
+        or cast method on it, with whether it is (part of) the object itself rather than a
+        copy (`SHARING_CALLS`); None otherwise."""
         if isinstance(parent, cst.Subscript) and parent.value is node:
             return parent, True
         if not (isinstance(parent, cst.Attribute) and parent.value is node):
             return None
+        if parent.attr.value in SHARING_ATTRIBUTES:
+            return parent, True
         call, method = self.context.parents.get(parent), parent.attr.value
         if (
             isinstance(call, cst.Call)
@@ -489,13 +539,63 @@ class Variance:
             return True
         return method_name(call) is not None and self.makes_tensor(call.func.value)
 
-    def attributes_assigned(self, name: str, region: cst.CSTNode) -> bool:
+    def attributes_assigned(self, receiver: cst.BaseExpression, region: cst.CSTNode) -> bool:
+        """Is an attribute of the object `receiver` (a name, or a chain `a.b`) assigned in
+        `region`: `receiver.attr = v`, `receiver.attr += v`, `del receiver.attr`, or
+        `setattr(receiver, ...)`?"""
         return any(
-            isinstance(t.target, cst.Attribute)
-            and isinstance(t.target.value, cst.Name)
-            and t.target.value.value == name
-            for t in self._index.find(cst.AssignTarget, within=region)
+            change.attribute is not None and change.changed.deep_equals(receiver) for change in self._changes(region)
         )
+
+    def attribute_assigned(self, attribute: cst.Attribute, region: cst.CSTNode) -> bool:
+        """Is `attribute` (`a.b.c`) itself assigned in `region` (`attributes_assigned`, under
+        its name or a name made at run time: `setattr(a.b, key, v)`)?"""
+        return any(
+            change.attribute in (attribute.attr.value, ANY_ATTRIBUTE) and change.changed.deep_equals(attribute.value)
+            for change in self._changes(region)
+        )
+
+    def changed_through(self, expr: cst.BaseExpression, region: cst.CSTNode) -> bool:
+        """Is the object `expr` holds (a name, or a chain `a.b`) changed in `region` through
+        itself: an attribute or item of it assigned or deleted, a changing method called on
+        it or handed it as `out=`, and so on down what it holds (`a.b.c.d = v`,
+        `a.b.c[i] = v`, `a.b.c.append(v)` all change `a.b`)?"""
+        for change in self._changes(region):
+            node = change.changed
+            while isinstance(node, (cst.Attribute, cst.Subscript)) and not node.deep_equals(expr):
+                node = node.value
+            if node.deep_equals(expr):
+                return True
+        return False
+
+    def _changes(self, region: cst.CSTNode) -> list[_Change]:
+        """The objects `region` changes through an attribute, item or method of them, in its
+        own text (one list per region)."""
+        found = self._changes_in.get(id(region))
+        if found is None:
+            found = self._changes_in[id(region)] = self._find_changes(region)
+        return found
+
+    def _find_changes(self, region: cst.CSTNode) -> list[_Change]:
+        index, found = self._index, []
+        targets = [t.target for t in index.find(cst.AssignTarget, within=region)]
+        targets += [s.target for s in index.find((cst.AugAssign, cst.AnnAssign, cst.Del), within=region)]
+        for target in _stored(targets):
+            if isinstance(target, cst.Attribute):
+                found.append(_Change(target.value, target.attr.value))
+            elif isinstance(target, cst.Subscript):
+                found.append(_Change(target.value))
+        for call in index.find(cst.Call, within=region):
+            if isinstance(call.func, cst.Attribute) and _mutating(call.func.attr.value):
+                found.append(_Change(call.func.value))
+            elif self.context.names.is_(call.func, "builtins.setattr", "builtins.delattr") and len(call.args) >= 2:
+                name = call.args[1].value
+                attribute = name.evaluated_value if isinstance(name, cst.SimpleString) else ANY_ATTRIBUTE
+                found.append(_Change(call.args[0].value, attribute))
+            out = kwarg(call, "out")
+            if out is not None:
+                found.append(_Change(out.value))
+        return found
 
     def names_in(self, region: cst.CSTNode, name: str) -> list[cst.Name]:
         """The Name nodes spelled `name` in `region` (one table per region)."""
@@ -579,7 +679,8 @@ class Variance:
     def _target_problem(self, name: str, statement: cst.Assign, line: cst.CSTNode, region: cst.CSTNode, hoisted: dict):
         """Can `name = value` run once before `region`: bound nowhere else in it (or only by
         a chain hoisted with it, `s = f(...)` then `s = s.to(device)`), read in it only after
-        those statements, and its value never changed in place there?"""
+        those statements, and its value (or what its attributes hold) never changed in place
+        there?"""
         scope = self._scopes.get(statement)
         others = [a for a in self.context.kinds.bindings_in(region, name) if a.node is not statement.targets[0].target]
         chain = [statement]
@@ -597,6 +698,9 @@ class Variance:
                 return f"`{name}` is read in the loop before it is bound"
         for alias in sorted(self.aliases(statement.targets[0].target, region)):
             changed = self.in_place_change(alias, region)
+            if changed is None and self.changed_through(cst.Name(alias), region):
+                # (what it holds changed: `enc.input_ids[:, 0] = bos` changes `enc` too)
+                changed = f"`{alias}` is changed in place in the loop"
             if changed is not None and alias == name:
                 return f"{changed}, and hoisted it would carry the change to the next step"
             if changed is not None:
@@ -630,6 +734,25 @@ class Variance:
         if any(self.of(assign.value, region, with_name) is not None for assign in chain[1:]):
             return None
         return chain
+
+
+def _mutating(method: str) -> bool:
+    """Does a method named `method` change its receiver (`append`, `add_`)?"""
+    return method in MUTATING_METHODS or (method.endswith("_") and not method.startswith("_"))
+
+
+def _stored(targets: list[cst.BaseExpression]) -> list[cst.BaseExpression]:
+    """The targets stored to, through the tuples and lists of `a.x, a.y = ...`."""
+    found, pending = [], list(targets)
+    while pending:
+        target = pending.pop()
+        if isinstance(target, (cst.Tuple, cst.List)):
+            pending += [element.value for element in target.elements]
+        elif isinstance(target, cst.StarredElement):
+            pending.append(target.value)
+        else:
+            found.append(target)
+    return found
 
 
 def _lines(block: cst.BaseSuite) -> list[cst.CSTNode]:

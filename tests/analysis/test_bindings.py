@@ -111,3 +111,32 @@ def test_the_values_assigned_to_an_attribute_spelled_alike():
     [probe] = [c for c in _calls(context.module) if getattr(c.func, "value", None) == "probe"]
     values = context.bindings.attribute_assignments(probe.args[0].value)
     assert code_of(context.module, values) == ["torch.cuda.is_available()", "False"]
+
+
+@pytest.mark.parametrize(
+    "code, reads",
+    [
+        # every read either binding reaches, each once (libcst links the last one to both)
+        ("h = reg()\nif c:\n    h = reg()\nh.remove()\nprobe(h)\n", ["h", "h"]),
+        ("for h in hs:\n    h.remove()\nprobe(h)\n", ["h", "h"]),
+        ("with s() as h:\n    pass\nprobe(h)\n", ["h"]),
+        ("def f(h):\n    probe(h)\n", None),  # a parameter: bound by each caller
+        ("import h\nprobe(h)\n", None),
+    ],
+)
+def test_the_reads_of_a_variable_bound_by_plain_names_only(code, reads):
+    bindings, module, probe = probed(code)
+    found = bindings.reads(probe)
+    assert (None if found is None else code_of(module, found)) == reads
+    if reads is not None:
+        assert [a.node.value for a in bindings.name_bindings(probe)] == ["h"] * len(bindings.name_bindings(probe))
+
+
+def test_a_variable_is_the_same_for_each_use_and_another_in_another_function():
+    code = "def f():\n    h = reg()\n    h.remove()\n\ndef g():\n    h = reg()\n    probe(h)\n"
+    bindings, module, probe = probed(code)
+    f, g = [d for d in module.body if isinstance(d, cst.FunctionDef)]
+    in_f = [n for n in m.findall(f, m.Name("h"))]
+    in_g = [n for n in m.findall(g, m.Name("h"))]
+    assert bindings.variable(in_f[0]) == bindings.variable(in_f[1]) != bindings.variable(probe)
+    assert {bindings.variable(n) for n in in_g} == {bindings.variable(probe)}

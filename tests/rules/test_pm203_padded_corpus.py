@@ -272,12 +272,47 @@ def test_a_tokenizer_a_trained_model_holds_pads_the_rows_of_its_table(tmp_path):
     assert before.count("loss") == 8 and before == after
 
 
-def test_a_tokenizer_replaced_in_the_loop_is_reported():
+@pytest.mark.parametrize(
+    "replacing",
+    [
+        "ctx.wrapper.tokenizer = AutoTokenizer.from_pretrained('toy-lm')",
+        "setattr(ctx.wrapper, 'tokenizer', AutoTokenizer.from_pretrained('toy-lm'))",
+    ],
+)
+def test_a_tokenizer_replaced_in_the_loop_is_reported(replacing):
     source = SEED.read_text().replace(
-        "            ids = ctx.wrapper.tokenizer(",
-        "            ctx.wrapper.tokenizer = AutoTokenizer.from_pretrained('toy-lm')\n            ids = ctx.wrapper.tokenizer(",
+        "            ids = ctx.wrapper.tokenizer(", f"            {replacing}\n            ids = ctx.wrapper.tokenizer("
     )
     result = _rewrite(source)
     assert not result.changed
     (finding,) = [f for f in result.findings if f.code == "PM203"]
     assert "`ctx.wrapper.tokenizer` is assigned in the loop" in finding.message
+
+
+def test_a_tokenizer_changed_through_its_chain_in_the_loop_is_reported():
+    # a new vocabulary size every step gives a text other ids: a table made once would keep the first ones
+    source = SEED.read_text().replace(
+        "            ids = ctx.wrapper.tokenizer(",
+        "            ctx.wrapper.tokenizer.vocab_size = 500 + step\n            ids = ctx.wrapper.tokenizer(",
+    )
+    result = _rewrite(source)
+    assert not result.changed
+    (finding,) = [f for f in result.findings if f.code == "PM203"]
+    assert "`ctx.wrapper.tokenizer` is changed in place in the loop" in finding.message
+
+
+def test_an_attribute_assigned_beside_the_tokenizer_leaves_its_table_alone(tmp_path):
+    # `ctx.last_loss = ...` changes what holds the tokenizer, not the tokenizer
+    source = SEED.read_text().replace(
+        "            optimizer.zero_grad()\n",
+        "            ctx.last_loss = loss.item()\n            optimizer.zero_grad()\n",
+    )
+    seed = tmp_path / "seed.py"
+    seed.write_text(source)
+    result = _rewrite(source)
+    (finding,) = [f for f in result.findings if f.code == "PM203"]
+    assert finding.applied
+    rewritten = tmp_path / "seed_rewritten.py"
+    rewritten.write_text(result.new_source.decode())
+    before, after = _printed(seed), _printed(rewritten)
+    assert before.count("loss") == 8 and before == after
