@@ -68,6 +68,20 @@ MOVING_METHODS = MOVE_METHODS | methods(Category.MEMORY, in_place=True)
 # size, storage, the backward pass). Every other method of a tensor, the table's or not
 # (`chunk`, `new_zeros`), gives tensors on the receiver's device; those named `is_*` answer a question.
 NOT_SAME_PLACE_METHODS = MOVE_METHODS | methods(placement=Placement.NO_TENSOR)
+# torch functions that compute no tensor where their arguments are: process settings and
+# reads of them, torch's types, checkpoints saved and loaded, grad modes and autocast, a
+# tensor's metadata and values read to the host, and the compiler.
+NOT_TENSOR_FUNCTIONS = functions(
+    Category.SETTING,
+    Category.TYPES,
+    Category.SAVE,
+    Category.LOAD,
+    Category.GRAD_MODE,
+    Category.AUTOCAST,
+    Category.METADATA,
+    Category.TO_HOST,
+) | functions(Category.WRAPPER, compiles=True)
+SIZE_METHODS = methods(measures=True)  # tensor methods that give a size, never negative
 # torch's dtypes by their names (`float32`, `float`) and by what they are.
 DTYPE_NAMES = frozenset(name for dtype in DTYPES for name in dtype.names)
 
@@ -111,6 +125,11 @@ FORWARD_HOOK_REGISTRATIONS = tuple(sorted(module_methods(hook="forward")))
 HOOK_REGISTRATIONS = module_methods(hook="forward") | module_methods(hook="backward")
 # Calls that wrap a model and run its forward: `DDP(model)(x)` runs `model`'s.
 MODEL_WRAPPERS = functions(Category.WRAPPER)
+# What compiles a model with TorchDynamo (`torch.compile(m)`; `m.compile()` is a module method).
+TORCH_COMPILERS = functions(Category.WRAPPER, compiles=True)
+# Context managers that turn autograd's recording on or off, and those under which it records no graph.
+GRAD_MODES = functions(Category.GRAD_MODE)
+GRAD_FREE_CONTEXTS = functions(Category.GRAD_MODE, records_graph=False)
 # Module methods that neither move the module nor hand it out, and those that return it.
 MODULE_METHODS_IN_PLACE = module_methods(keeps_place=True)
 MODULE_METHODS_RETURNING_SELF = module_methods(returns_self=True)
@@ -119,7 +138,11 @@ MODULE_METHODS_RETURNING_SELF = module_methods(returns_self=True)
 MODULE_ATTRIBUTE_SETTERS = {m.name: m.sets for m in NN_MODULE_METHODS.values() if m.sets is not None}
 # What a model is set up with before training (a compile goes after the last of these): the
 # moves and casts that return it, and loading its weights; not a mode switch (`.train()`).
-MODULE_SET_UP_METHODS = (MODULE_METHODS_RETURNING_SELF - {"train", "eval"}) | {"load_state_dict"}
+MODULE_SET_UP_METHODS = module_methods(sets_up=True)
+# What DistributedDataParallel answers like the module it wraps: the module methods it answers
+# so, the `training` flag every module has, its own `no_sync`. Any other attribute of the
+# wrapped model is read through distributed.unwrap(model).
+DDP_ANSWERS = module_methods(wrapper_answers=True) | {"training", "no_sync"}
 
 # -- losses --------------------------------------------------------------------------------
 
@@ -274,6 +297,9 @@ PURE_TORCH_FUNCTIONS = functions(pure=True)
 # recurrent and convolution layers): the float32 work that TF32 and reduced precision change.
 MATRIX_PRODUCTS = functions(Category.MATMUL, Category.CONVOLUTION, Category.RECURRENT)
 MATRIX_PRODUCT_METHODS = methods(Category.MATMUL)
+# Functions that multiply matrices of sizes perfmod does not follow (`cdist` computes
+# Euclidean distances through a matmul).
+UNLISTED_PRODUCTS = functions(Category.PAIRWISE)
 # Containers of modules: what they run is what they are given.
 MODULE_CONTAINERS = functions(Category.CONTAINER)
 # Functions and tensor methods that reduce a tensor to fewer dims, and every loss: what
@@ -289,6 +315,13 @@ COMPILE_BREAK_METHODS = frozenset(name.removeprefix("Tensor.") for name in COMPI
 
 # Calls that wait until the device has run all the work queued on it.
 DEVICE_SYNCHRONIZES = functions(Category.PROCESS, syncs=True)
+# Calls whose value tells whether the process has a CUDA device (`if torch.cuda.is_available():`).
+CUDA_PROBES = functions(Category.PROCESS, device_probe="cuda")
+# Calls that hand the memory CUDA's caching allocator holds unused back to the device.
+CACHE_RELEASES = functions(Category.PROCESS, frees_cache=True)
+# The names of torch's settings of float32 matrix products (TF32): the backends' flags and the
+# function; a program that spells one chooses the precision itself.
+MATMUL_PRECISION_SETTINGS = short(functions(Category.SETTING, float32_precision=True))
 # torch's functions that return a Python int: device counts and indices, ranks and world sizes.
 INT_TORCH_FUNCTIONS = functions(Category.PROCESS, python="int")
 # Tensor methods that test a value for NaN or infinity (and the functions: FINITENESS_TESTS).
@@ -350,6 +383,7 @@ NORM_METHODS = methods(Category.NORM)  # `x.norm(p, dim)`: reduced as a reductio
 # and `pow` of a number.
 ONE_OPERAND_METHODS = frozenset(methods(Category.UNARY, Category.CAST, random=False, in_place=False) | {"pow"})
 ONE_OPERAND_FUNCTIONS = frozenset(functions(Category.UNARY, random=False) | {"torch.pow"})
+TOTALS = functions(totals=True)  # the functions that add up, or average, every element of one tensor
 
 # -- a loop over time read as a recurrence (PM505) -----------------------------------------
 
@@ -366,6 +400,22 @@ RECURRENCE_METHODS = methods(recurrence=True) | attributes(recurrence=True)
 # arguments in order, with their defaults. `Layer.parameters` and `Layer.matmul` read them.
 NN_LAYER_ARGUMENTS = {name: layer.arguments for name, layer in SIZED_LAYERS.items()}
 RNN_GATES = {name: layer.gates for name, layer in SIZED_LAYERS.items() if layer.gates}  # per layer and direction
+SOFTMAX_MODULES = functions(Category.NORM_LAYER, short="Softmax")  # `nn.Softmax` under both its names
+# Layers that act on the last dimensions of their input and take any number of leading ones
+# (`(*, H)` in torch's docs), and the containers that only call their children: a sample
+# without its batch dimension gives the values its row of a batch gives.
+LEADING_DIM_LAYERS = (
+    functions(Category.ELEMENTWISE_LAYER) | LAST_DIM_MODULES | functions(any_leading_dims=True) | MODULE_CONTAINERS
+)
+# Layers whose output for one sample depends on the other samples of the batch (in training mode).
+BATCH_MIXING_LAYERS = functions(Category.NORM_LAYER, Category.BATCH_NORM, mixes_batch=True)
+NN_STATELESS = functions(stateless=True)  # layers of torch.nn without parameters or buffers
+# The plain dropout as a function, in torch.nn.functional and torch.
+FUNCTIONAL_DROPOUTS = functions(Category.UNARY, random=True, short="dropout")
+# Where each dropout of torch takes its probability of zeroing an element, (position,
+# keyword): a module's construction, a function's call. With p = 0 it zeroes nothing, and
+# draws nothing from the RNG (torch returns the input: `torch.nn.functional.dropout`).
+DROP_PROBABILITY = {name: op.drop_probability for name, op in OPS.items() if op.drop_probability is not None}
 
 
 # ==========================================================================================
@@ -405,19 +455,8 @@ DATASETS_OF_DATASETS = frozenset(
     {"torch.utils.data.Subset", "torch.utils.data.ConcatDataset", "torch.utils.data.StackDataset"}
 )
 # Namespaces whose lowercase functions compute tensors where their tensor arguments are
-# (`torch.cos(t)`, `F.relu(x)`, `torch.linalg.norm(x)`), except those listed below.
+# (`torch.cos(t)`, `F.relu(x)`, `torch.linalg.norm(x)`), except NOT_TENSOR_FUNCTIONS.
 TENSOR_NAMESPACES = ("torch", "torch.nn.functional", "torch.linalg", "torch.special", "torch.fft", "torch.nn.utils.rnn")
-NOT_TENSOR_FUNCTIONS = {
-    f"torch.{name}"
-    for name in (
-        "save load device manual_seed seed initial_seed compile no_grad enable_grad set_grad_enabled "
-        "inference_mode is_grad_enabled is_tensor is_floating_point is_complex is_nonzero numel typename "
-        "get_default_dtype set_default_dtype set_default_device get_default_device autocast "
-        "use_deterministic_algorithms set_num_threads get_num_threads set_num_interop_threads "
-        "set_float32_matmul_precision get_float32_matmul_precision get_rng_state set_rng_state "
-        "set_printoptions result_type promote_types can_cast finfo iinfo broadcast_shapes"
-    ).split()
-}
 
 # -- training ------------------------------------------------------------------------------
 
@@ -447,47 +486,6 @@ LR_ONLY_SCHEDULERS = frozenset(
 LR_GROUP_KEYS = frozenset({"lr", "initial_lr", "params"})
 # The tensor types that make float64 the default dtype (`torch.set_default_tensor_type`).
 DOUBLE_TENSOR_TYPES = {"torch.DoubleTensor", "torch.cuda.DoubleTensor"}
-# Calls whose value tells whether the process has a CUDA device (`if torch.cuda.is_available():`).
-CUDA_PROBES = {"torch.cuda.is_available", "torch.cuda.device_count"}
-# The names of torch's settings of float32 matrix products (TF32): the backends' flags and the
-# function; a program that spells one chooses the precision itself.
-MATMUL_PRECISION_SETTINGS = ("allow_tf32", "fp32_precision", "set_float32_matmul_precision")
-# Calls that hand memory back (Python's collector, the CUDA caching allocator), with how a
-# message spells each.
-MEMORY_CLEANUPS = {
-    "gc.collect": "gc.collect()",
-    "torch.cuda.empty_cache": "torch.cuda.empty_cache()",
-    "torch.cuda.memory.empty_cache": "torch.cuda.empty_cache()",
-}
-
-# -- layers, dropouts and draws ------------------------------------------------------------
-
-# `nn.Softmax` under both its names.
-SOFTMAX_MODULES = {"torch.nn.Softmax", "torch.nn.modules.activation.Softmax"}
-# Layers that act on the last dimensions of their input and take any number of leading ones
-# (`(*, H)` in torch's docs), and the containers that only call their children: a sample
-# without its batch dimension gives the values its row of a batch gives.
-LEADING_DIM_LAYERS = (
-    functions(Category.ELEMENTWISE_LAYER)
-    | functions(last_dims=True, module=True)
-    | {f"torch.nn.{name}" for name in ("Embedding", "Dropout", "Sequential", "ModuleList")}
-)
-# Layers whose output for one sample depends on the other samples of the batch (in training mode).
-BATCH_MIXING_LAYERS = {
-    f"torch.nn.{name}"
-    for name in (
-        "BatchNorm1d BatchNorm2d BatchNorm3d LazyBatchNorm1d LazyBatchNorm2d LazyBatchNorm3d SyncBatchNorm"
-    ).split()
-} | {f"{FUNCTIONAL}.batch_norm"}
-# The plain dropout as a function, in torch.nn.functional and torch.
-FUNCTIONAL_DROPOUTS = (f"{FUNCTIONAL}.dropout", "torch.dropout")
-# Where each dropout of torch takes its probability of zeroing an element, (position,
-# keyword): a module's construction, a function's call. With p = 0 it zeroes nothing, and
-# draws nothing from the RNG (torch returns the input: `torch.nn.functional.dropout`).
-DROP_PROBABILITY = {name: (0, "p") for name in RANDOM_MODULES} | {
-    f"{FUNCTIONAL}.{name}": (1, "p")
-    for name in ("dropout", "dropout1d", "dropout2d", "dropout3d", "alpha_dropout", "feature_alpha_dropout")
-}
 
 # -- models --------------------------------------------------------------------------------
 
@@ -516,8 +514,6 @@ ACCELERATOR_NAMESPACES = (
     "torch.nn.parallel",
     "torch.distributed",
 )
-# Methods that move a tensor or module to an accelerator whatever their argument.
-ACCELERATOR_METHODS = frozenset({"cuda", "xpu", "mps", "npu", "hpu", "ipu"})
 # Keywords that name where a call puts what it makes or loads (and Lightning's
 # `Trainer(accelerator="gpu", devices=1)`, which chooses an accelerator).
 DEVICE_KEYWORDS = frozenset({"device", "device_map", "map_location", "accelerator", "devices", "gpus"})
@@ -566,66 +562,6 @@ REBUILDABLE_DATASETS = {
     "torch.utils.data.dataset.Subset",
     "torch.utils.data.dataset.TensorDataset",
 }
-# What DistributedDataParallel answers like the module it wraps; any other attribute of
-# the wrapped model is read through distributed.unwrap(model).
-DDP_ANSWERS = {
-    "parameters",
-    "train",
-    "eval",
-    "zero_grad",
-    "to",
-    "cuda",
-    "cpu",
-    "modules",
-    "children",
-    "buffers",
-    "requires_grad_",
-    "apply",
-    "training",
-    "no_sync",
-    "forward",
-    "half",
-    "float",
-    "double",
-    "bfloat16",
-    "type",
-}
-# Methods that run outside the model's forward pass; a training forward through any
-# other method skips DDP's gradient synchronisation.
-NOT_FORWARD = DDP_ANSWERS | {
-    "state_dict",
-    "load_state_dict",
-    "named_parameters",
-    "named_modules",
-    "named_buffers",
-    "named_children",
-    "get_submodule",
-    "get_parameter",
-    "get_buffer",
-    "register_buffer",
-    "save_pretrained",
-    "compile",
-    "register_forward_hook",
-    "register_forward_pre_hook",
-    "register_full_backward_hook",
-}
-# Methods that set a model up in place: the DDP wrap goes after the last of them.
-CONFIGURES = {
-    "to",
-    "cuda",
-    "compile",
-    "load_state_dict",
-    "apply",
-    "half",
-    "float",
-    "double",
-    "bfloat16",
-    "requires_grad_",
-    "init_weights",
-    "reset_parameters",
-    "tie_weights",
-}
-
 # -- sizes ---------------------------------------------------------------------------------
 
 # The state torch.optim's optimizers keep for each parameter as tensors of its shape (torch
@@ -644,33 +580,12 @@ OPTIMIZER_STATES = {
     "torch.optim.Rprop": (2, ()),
     "torch.optim.ASGD": (1, ()),
 }
-# Layers of torch.nn without parameters or buffers (activations, pooling, dropout, reshaping).
-NN_STATELESS = frozenset(
-    f"torch.nn.{name}"
-    for name in (
-        "ReLU ReLU6 LeakyReLU GELU SiLU Mish ELU SELU CELU Tanh Sigmoid Softmax LogSoftmax Softplus Hardswish "
-        "Hardtanh Identity Dropout Dropout1d Dropout2d Dropout3d AlphaDropout Flatten Unflatten MaxPool1d MaxPool2d "
-        "MaxPool3d AvgPool1d AvgPool2d AvgPool3d AdaptiveAvgPool1d AdaptiveAvgPool2d AdaptiveAvgPool3d "
-        "AdaptiveMaxPool1d AdaptiveMaxPool2d Upsample PixelShuffle ZeroPad2d ReflectionPad2d ReplicationPad2d "
-        "ConstantPad2d"
-    ).split()
-)
-# Functions that multiply matrices though the table does not list them as products (`cdist`
-# computes Euclidean distances through a matmul), and a namespace of them.
-UNLISTED_PRODUCTS = frozenset({"torch.cdist", "torch.cov", "torch.corrcoef", "torch.nn.functional.pdist"})
-UNLISTED_PRODUCT_PREFIXES = ("torch.linalg.",)
-
-# -- a per-sample loop run once on the batch (PM502) ---------------------------------------
-
-# The functions that add up, or average, every element of one tensor.
-TOTALS = frozenset({"torch.sum", "torch.mean"})
 
 # -- compiling, gradients, sizes -----------------------------------------------------------
 
-# What compiles a model with TorchDynamo (`torch.compile(m)`, `m.compile()`).
-TORCH_COMPILERS = ("torch.compile",)
-# Context managers under which no autograd graph is recorded.
-GRAD_FREE_CONTEXTS = ("torch.no_grad", "torch.inference_mode")
+# A namespace of functions that factorize or multiply matrices perfmod does not size
+# (UNLISTED_PRODUCTS are such functions elsewhere): every function under it.
+UNLISTED_PRODUCT_PREFIXES = ("torch.linalg.",)
 # In-place tensor methods that reset a `.grad` by hand, and those of them that may write zeros.
 GRAD_ZEROING_METHODS = methods(fills=True)
 GRAD_RESET_METHODS = GRAD_ZEROING_METHODS | {"detach_", "requires_grad_"}
@@ -679,8 +594,6 @@ GRAD_RESET_METHODS = GRAD_ZEROING_METHODS | {"detach_", "requires_grad_"}
 SCALER_METHODS_RETURNING_NEW = frozenset({"scale"})
 # Loss keywords whose effect on a per-position or per-sample loss is understood.
 LOSS_KEYWORDS = frozenset({"weight", "ignore_index", "reduction", "label_smoothing"})
-# Tensor methods that give a size, never negative.
-SIZE_METHODS = ("size", "numel", "dim")
 
 
 # ==========================================================================================
@@ -1051,15 +964,22 @@ PROCESS_STARTS = {
     "multiprocessing.Process": (1, "target"),
     "multiprocessing.context.Process": (1, "target"),
 }
-MODULE_METHODS = set(
-    (
-        "parameters named_parameters buffers named_buffers children named_children modules "
-        "named_modules state_dict load_state_dict train eval to cuda cpu half float double "
-        "bfloat16 zero_grad requires_grad_ apply register_forward_hook register_full_backward_hook "
-        "register_forward_pre_hook register_buffer register_parameter add_module get_submodule "
-        "configure_optimizers save_pretrained no_sync"
-    ).split()
-)
+# Methods of a model that do not run its forward: nn.Module's, DDP's `no_sync`, Lightning's
+# `configure_optimizers` and Hugging Face's `save_pretrained`.
+MODULE_METHODS = module_methods(runs_forward=False) | {"no_sync", "configure_optimizers", "save_pretrained"}
+# Methods that run outside the model's forward pass (nn.Module's, `forward` itself through DDP,
+# Hugging Face's `save_pretrained`); a training forward through any other method skips DDP's
+# gradient synchronisation.
+NOT_FORWARD = DDP_ANSWERS | module_methods() | {"save_pretrained"}
+# Methods that set a model up in place (torch's moves, casts, loads and compile; the
+# initializations models define by these names): the DDP wrap goes after the last of them.
+CONFIGURES = MODULE_SET_UP_METHODS | module_methods(compiles=True) | {"init_weights", "reset_parameters", "tie_weights"}
+# Methods that move a tensor or module to an accelerator whatever their argument: torch's, and
+# those of out-of-tree devices (torch_npu's, Intel Gaudi's) and `mps` as programs spell them.
+ACCELERATOR_METHODS = methods(accelerator=True) | module_methods(accelerator=True) | {"mps", "npu", "hpu"}
+# Calls that hand memory back (Python's collector, the CUDA caching allocator), with how a
+# message spells each.
+MEMORY_CLEANUPS = {"gc.collect": "gc.collect()"} | dict.fromkeys(sorted(CACHE_RELEASES), "torch.cuda.empty_cache()")
 # Methods of Python's strings and containers (and nn.Module's get_submodule) that read and change nothing.
 READ_ONLY_METHODS = frozenset(
     (
@@ -1075,7 +995,7 @@ READ_ONLY_METHODS = frozenset(
 FUNCTIONAL_PARAMETERS = ("torch.func", "torch.nn.utils.stateless", "functorch", "higher")
 INFINITIES = ("math.inf", "torch.inf", "numpy.inf")
 # Calls that draw a random permutation of `range(n)`: a shuffled order of the samples.
-PERMUTATIONS = frozenset({"torch.randperm", "numpy.random.permutation"})
+PERMUTATIONS = functions(permutes=True) | {"numpy.random.permutation"}
 # Calls that draw a batch of samples (or of their indices) at random, with replacement
 # across calls: qualified name -> how a message spells it.
 BATCH_DRAWS = {
@@ -1087,18 +1007,7 @@ BATCH_DRAWS = {
 }
 # Context managers that change how ops are computed (precision, gradients), not what a
 # factory or a tokenizer gives.
-TRANSPARENT_BLOCKS = frozenset(
-    {
-        "torch.no_grad",
-        "torch.enable_grad",
-        "torch.inference_mode",
-        "torch.autocast",
-        "torch.amp.autocast",
-        "torch.cuda.amp.autocast",
-        "torch.cpu.amp.autocast",
-        "contextlib.nullcontext",
-    }
-)
+TRANSPARENT_BLOCKS = GRAD_MODES | AUTOCAST_NAMES | {"contextlib.nullcontext"}
 # Functions that take a tensor, read it and change nothing in it (they return something new).
 NON_MUTATING_CALLS = frozenset(
     {f"builtins.{name}" for name in "print float int len str repr isinstance".split()}
