@@ -272,6 +272,14 @@ FLOAT_RESULT_METHODS = methods(result_kind="float", in_place=False)
 INT64_RESULT_METHODS = methods(result_dtype="int64", in_place=False)
 BOOL_RESULT_METHODS = methods(result_dtype="bool", in_place=False)
 DTYPE_KEEPING_METHODS = methods(result_dtype=KEPT, in_place=False)
+# Tensor methods whose result (or receiver, for in-place ones) keeps the device and the
+# floating dtype: what `nn.Parameter(...)` or `requires_grad_()` may be applied around. Not
+# `max` and `min`, whose result along a dim is a pair of values and indices.
+DEVICE_AND_DTYPE_KEEPING_METHODS = (
+    methods(placement=Placement.OPERANDS, result_dtype=KEPT, in_place=False)
+    | methods(placement=Placement.OPERANDS, result_kind="float", in_place=False)
+    | methods(in_place=True)
+) - methods(Category.EXTREMES)
 # Tensor methods whose result is a tensor (a view, a conversion, a reduction, ...), or an
 # array of its memory (`.numpy()`).
 TENSOR_RESULT_METHODS = (
@@ -546,12 +554,6 @@ LAUNCH_FUSED_TYPES = ("cuda", "cpu")
 # Optimizer arguments that pick the implementation or that fused=True rejects
 # (`fused` does not support `differentiable`; `fused` and `foreach` cannot both be True).
 FUSED_CONFLICTS = ("fused", "foreach", "capturable", "differentiable")
-# Tensor methods whose result (or receiver, for in-place ones) keeps the device and the
-# floating dtype: what `nn.Parameter(...)` or `requires_grad_()` may be applied around.
-DEVICE_AND_DTYPE_KEEPING_METHODS = frozenset(
-    "requires_grad_ detach detach_ clone contiguous float double half bfloat16 view reshape t "
-    "normal_ uniform_ zero_ fill_ mul_ div_ add_ sub_ clamp_ copy_".split()
-)
 
 # -- DistributedDataParallel (PM601) -------------------------------------------------------
 

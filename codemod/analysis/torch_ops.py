@@ -733,7 +733,8 @@ class ModuleMethod:
     hook: str | None = None  # it adds a hook to each pass of this kind: "forward", "backward"
     sets: str | None = None  # it sets an attribute by name (`register_buffer("mask", m)`): the value's keyword
     # DistributedDataParallel, whose one child is the module it wraps, answers it as that module
-    # would: it acts on the module's parameters, buffers, mode or forward, or hands them out.
+    # would: it acts on the module's parameters, buffers, mode or forward, or hands them out
+    # (its `modules()` and `apply` take in the wrapper too; its `children()` is the module).
     wrapper_answers: bool = False
     sets_up: bool = False  # it sets the module up in place for training: a move, a cast, weights loaded
     compiles: bool = False  # it compiles the module's forward with TorchDynamo, in place
@@ -748,7 +749,7 @@ def _module_methods(names: str, **facts) -> list[ModuleMethod]:
 # Facts that cut across the groups below, by method.
 _MODULE_CROSSING: list[tuple[str, dict[str, object]]] = [
     (
-        "parameters buffers modules children train eval zero_grad to cuda cpu half float double bfloat16 type "
+        "parameters buffers modules train eval zero_grad to cuda cpu half float double bfloat16 type "
         "requires_grad_ apply forward",
         {"wrapper_answers": True},
     ),

@@ -15,6 +15,7 @@ import sys
 import pytest
 import torch
 
+from codemod.analysis.torch_facts import DEVICE_AND_DTYPE_KEEPING_METHODS
 from codemod.analysis.torch_ops import (
     ATTRIBUTES,
     DTYPE_OF,
@@ -1057,46 +1058,70 @@ def test_accelerator_moves_go_to_an_accelerator_without_an_argument():
     assert next(torch.nn.Linear(2, 2).cuda().parameters()).device.type == "cuda"
 
 
+# nn.Module's reads of its parts without arguments, and the arguments of its other methods.
+MODULE_READS = (
+    "parameters buffers modules children named_parameters named_buffers named_modules named_children state_dict"
+).split()
+MODULE_METHOD_ARGUMENTS = {
+    "to": (torch.float64,),
+    "type": (torch.float64,),
+    "apply": (lambda m: torch.nn.init.zeros_(m.weight) if isinstance(m, torch.nn.Linear) else None,),
+    "requires_grad_": (False,),
+    "forward": (torch.rand(3, 2),),
+}
+
+
+def _same(part, other) -> bool:
+    """The same object, the same name (a state_dict's key), or the same name and object."""
+    if isinstance(part, tuple):
+        return part[0] == other[0] and part[1] is other[1]
+    return part is other or (isinstance(part, str) and part == other)
+
+
+def _model_state(model: torch.nn.Module) -> list:
+    parameters = [(p.dtype, p.requires_grad, p.grad is None, p.detach().double().tolist()) for p in model.parameters()]
+    return [model.training, *parameters]
+
+
 def test_distributed_data_parallel_answers_like_the_module_it_wraps(tmp_path):
-    """On a real DDP (one process, gloo): each method the table says it answers acts on, or
-    hands out, the wrapped module's parameters, buffers, mode and forward as the module would."""
+    """On a real DDP (one process, gloo): a read of the module's parts answers the module's
+    parts exactly when the table says DDP answers it (`named_parameters` are prefixed with
+    `module.`, `children()` is the module), and every other method it answers does to the
+    module what it does called on the module."""
     import copy
 
     import torch.distributed as dist
 
     dist.init_process_group("gloo", init_method=f"file://{tmp_path}/group", rank=0, world_size=1)
     try:
-        for name in sorted(module_methods(wrapper_answers=True)):
+        answered = module_methods(wrapper_answers=True)
+        assert answered - {"cuda"}
+        for name in sorted(answered | set(MODULE_READS)):
+            if name == "cuda" and not torch.cuda.is_available():
+                continue
             torch.manual_seed(0)
             model = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.BatchNorm1d(2))
             alone = copy.deepcopy(model)
+            for p in (*model.parameters(), *alone.parameters()):
+                p.grad = torch.ones_like(p)
             wrapper = torch.nn.parallel.DistributedDataParallel(model)
-            arguments = {
-                "to": (torch.float64,),
-                "type": (torch.float64,),
-                "apply": (lambda m: torch.nn.init.zeros_(m.weight) if hasattr(m, "weight") else None,),
-                "requires_grad_": (False,),
-                "forward": (torch.rand(3, 2),),
-            }.get(name, ())
-            if name == "cuda" and not torch.cuda.is_available():
-                continue
-            for m in (model, alone):
-                for p in m.parameters():
-                    p.grad = torch.ones_like(p)
+            arguments = MODULE_METHOD_ARGUMENTS.get(name, ())
             through, direct = getattr(wrapper, name)(*arguments), getattr(alone, name)(*arguments)
-            if name in ("parameters", "buffers", "modules"):  # the model's, (and DDP itself among modules)
+            if name in MODULE_READS:
                 through, direct = list(through), list(getattr(model, name)())
-                assert all(any(t is d for t in through) for d in direct), name
-            elif name == "children":
-                assert list(through) == [model]
-            elif name == "forward":
+                assert all(any(_same(t, d) for t in through) for d in direct) == (name in answered), name
+                continue
+            if name == "forward":
                 torch.testing.assert_close(through, direct)
-            assert model.training == alone.training, name
-            assert [(n, p.dtype, p.requires_grad) for n, p in model.named_parameters()] == [
-                (n, p.dtype, p.requires_grad) for n, p in alone.named_parameters()
-            ], name
-            for p, q in zip(model.parameters(), alone.parameters(), strict=True):
-                torch.testing.assert_close(p.detach(), q.detach().to(p.dtype))
-                assert (p.grad is None) == (q.grad is None), name
+            assert _model_state(model) == _model_state(alone), name
     finally:
         dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("name", sorted(DEVICE_AND_DTYPE_KEEPING_METHODS))
+def test_device_and_dtype_keeping_methods_give_a_floating_tensor_where_their_receiver_is(name):
+    """Their result, or their receiver for an in-place one, a tensor of a floating dtype where
+    the receiver is (on the GPU where there is one)."""
+    tensor = torch.rand(2, 3, device="cuda" if torch.cuda.is_available() else "cpu")
+    result = _call(METHOD + name, tensor)
+    assert isinstance(result, torch.Tensor) and result.device == tensor.device and result.dtype.is_floating_point

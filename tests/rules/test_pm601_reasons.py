@@ -425,3 +425,9 @@ if __name__ == "__main__":
 """
     why = reason(source)
     assert "the model is `Net()`; PM601 wraps models held in a variable or `self.` attribute" in why
+
+
+def test_the_models_children_are_read_through_unwrap_since_ddp_s_child_is_the_model():
+    save = '        torch.save(model.state_dict(), "last.pt")\n'
+    source = SCRIPT.replace(save, save + "        print(len(list(model.children())))\n")
+    assert "distributed.unwrap(model).children()" in rewritten(source)
