@@ -310,6 +310,8 @@ MATRIX_PRODUCT_METHODS = methods(Category.MATMUL)
 UNLISTED_PRODUCTS = functions(Category.PAIRWISE)
 # Containers of modules: what they run is what they are given.
 MODULE_CONTAINERS = functions(Category.CONTAINER)
+# Containers that hold modules by key or by position: their modules are `.values()` or the container.
+MODULE_TABLES = {name: op.holds for name, op in OPS.items() if op.holds is not None}
 # Functions and tensor methods that reduce a tensor to fewer dims, and every loss: what
 # computes a loss value (a function that calls none of them computes none).
 REDUCING_FUNCTIONS = functions(Category.REDUCTION, Category.LOSS)
@@ -497,12 +499,6 @@ DOUBLE_TENSOR_TYPES = {"torch.DoubleTensor", "torch.cuda.DoubleTensor"}
 
 # -- models --------------------------------------------------------------------------------
 
-# Containers that hold modules by key or by position: their modules are `.values()` or the container.
-MODULE_TABLES = {
-    f"torch.nn{path}.{name}": kind
-    for name, kind in (("ModuleDict", "dict"), ("ModuleList", "list"))
-    for path in ("", ".modules.container")
-}
 # torch's calls that hand back a model built elsewhere (a file, a hub): what it runs is unknown.
 MODEL_LOADERS = ("torch.load", "torch.jit.load", "torch.hub", "torch.export.load", "torch.package")
 

@@ -268,6 +268,9 @@ class Op:
     totals: bool = False  # given the tensor alone, it adds up or averages every element
     permutes: bool = False  # a random permutation of `range(n)`
     accelerator: bool = False  # it moves to an accelerator whatever its argument says (`x.cuda()`)
+    # A container built of a "list" of modules (they are the container, by position) or of a
+    # "dict" of them (they are its `.values()`, by key).
+    holds: str | None = None
 
     @property
     def placement(self) -> Placement:
@@ -594,7 +597,9 @@ ENTRIES: list[Op] = [
         prefixes=("torch.nn.utils.", "torch.nn.utils.clip_grad."),
         clips=True,
     ),
-    *_ops(Category.CONTAINER, "Sequential ModuleList ModuleDict", prefixes=("torch.nn.",)),
+    *_ops(Category.CONTAINER, "Sequential", prefixes=("torch.nn.",)),
+    *_ops(Category.CONTAINER, "ModuleList", prefixes=("torch.nn.", "torch.nn.modules.container."), holds="list"),
+    *_ops(Category.CONTAINER, "ModuleDict", prefixes=("torch.nn.", "torch.nn.modules.container."), holds="dict"),
     *_ops(
         Category.WRAPPER,
         "DistributedDataParallel",

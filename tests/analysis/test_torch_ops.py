@@ -1125,3 +1125,11 @@ def test_device_and_dtype_keeping_methods_give_a_floating_tensor_where_their_rec
     tensor = torch.rand(2, 3, device="cuda" if torch.cuda.is_available() else "cpu")
     result = _call(METHOD + name, tensor)
     assert isinstance(result, torch.Tensor) and result.device == tensor.device and result.dtype.is_floating_point
+
+
+@pytest.mark.parametrize("name", sorted(n for n, op in OPS.items() if op.holds is not None))
+def test_module_tables_hold_their_modules_as_a_list_or_a_dict(name):
+    linear = torch.nn.Linear(2, 2)
+    holds = OPS[name].holds
+    table = _resolve(name)([linear] if holds == "list" else {"linear": linear})
+    assert list(table.values() if holds == "dict" else table) == [linear]
