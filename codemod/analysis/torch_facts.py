@@ -4,9 +4,10 @@ savers. In four parts:
 
 - torch, as views of the tables in `torch_ops`: its operations, a tensor's
   attributes, a module's methods, dtypes, module containers and wrappers,
-  autocast, scalers, a process's device and rank queries;
-- torch, written here: its other objects (datasets, loaders, optimizers,
-  processes, devices) and the lists of operations the table does not say yet;
+  autocast, grad modes, scalers, a process's device and rank queries, its
+  settings;
+- torch, written here: its other objects (datasets, loaders, optimizers),
+  its namespaces, and the choices of the analyses among its names;
 - not torch, plain tables: Python's builtins and standard library, Python's
   random and numpy, tokenizers, torchvision, the training libraries
   (Accelerate, Lightning, Hugging Face), perfmod's runtime;
@@ -127,6 +128,10 @@ HOOK_REGISTRATIONS = module_methods(hook="forward") | module_methods(hook="backw
 MODEL_WRAPPERS = functions(Category.WRAPPER)
 # What compiles a model with TorchDynamo (`torch.compile(m)`; `m.compile()` is a module method).
 TORCH_COMPILERS = functions(Category.WRAPPER, compiles=True)
+# In-place tensor methods that reset a `.grad` by hand (those that may write zeros, and the
+# detach torch's own `zero_grad(set_to_none=False)` does first).
+GRAD_ZEROING_METHODS = methods(fills=True)
+GRAD_RESET_METHODS = GRAD_ZEROING_METHODS | {"detach_", "requires_grad_"}
 # Context managers that turn autograd's recording on or off, and those under which it records no graph.
 GRAD_MODES = functions(Category.GRAD_MODE)
 GRAD_FREE_CONTEXTS = functions(Category.GRAD_MODE, records_graph=False)
@@ -429,8 +434,8 @@ DROP_PROBABILITY = {name: op.drop_probability for name, op in OPS.items() if op.
 
 
 # ==========================================================================================
-# torch, written here: its other objects (data loading, optimizers, processes, devices) and
-# the lists of operations the table does not say yet
+# torch, written here: its other objects (data loading, optimizers), its namespaces, and the
+# choices of the analyses among its names
 # ==========================================================================================
 
 # -- datasets and loaders ------------------------------------------------------------------
@@ -560,6 +565,7 @@ REBUILDABLE_DATASETS = {
     "torch.utils.data.dataset.Subset",
     "torch.utils.data.dataset.TensorDataset",
 }
+
 # -- sizes ---------------------------------------------------------------------------------
 
 # The state torch.optim's optimizers keep for each parameter as tensors of its shape (torch
@@ -584,9 +590,6 @@ OPTIMIZER_STATES = {
 # A namespace of functions that factorize or multiply matrices perfmod does not size
 # (UNLISTED_PRODUCTS are such functions elsewhere): every function under it.
 UNLISTED_PRODUCT_PREFIXES = ("torch.linalg.",)
-# In-place tensor methods that reset a `.grad` by hand, and those of them that may write zeros.
-GRAD_ZEROING_METHODS = methods(fills=True)
-GRAD_RESET_METHODS = GRAD_ZEROING_METHODS | {"detach_", "requires_grad_"}
 # Methods that return a new tensor from the one they are given rather than change it
 # (`GradScaler.scale(loss)` returns the scaled loss).
 SCALER_METHODS_RETURNING_NEW = frozenset({"scale"})

@@ -6,11 +6,13 @@ follows from its arguments, it works on the last dims only, which dim of a
 recurrent layer's output runs over time), and where its result is and of
 which dtype (by category, `Op.placement` and `Op.result_dtype`, where the
 entry does not say). torch's objects that are no operation of their own (module
-containers, autocast, gradient scalers, a process's device and rank queries)
-have entries too, in categories the views over every category leave out.
+containers, autocast, grad modes, gradient scalers, a process's device and rank
+queries, its settings, torch's types, a checkpoint's load) have entries too, in
+categories the views over every category leave out.
 Beside it, the tables of a tensor's attributes (`ATTRIBUTES`: views, metadata,
 its gradient), of a module's methods (`NN_MODULE_METHODS`: those that return
-it, keep it where it is, add hooks, set attributes), of torch's dtypes
+it, keep it where it is, add hooks, set attributes, set it up, what
+DistributedDataParallel answers for it), of torch's dtypes
 (`DTYPES`: their names, sizes and the methods that cast to them) and of the
 layers whose parameters perfmod counts (`SIZED_LAYERS`: their constructor's
 arguments, a recurrent layer's gates).
@@ -261,7 +263,7 @@ class Op:
     drop_probability: tuple[int, str] | None = None
     device_probe: str | None = None  # its value tells whether the process has a device of this type
     compiles: bool = False  # it compiles what it is given with TorchDynamo
-    records_graph: bool | None = None  # a grad mode: autograd records a graph under it (None: as told)
+    records_graph: bool | None = None  # a grad mode: autograd records a graph under it (None: as its argument says)
     frees_cache: bool = False  # it hands the device memory its caching allocator holds unused back
     float32_precision: bool = False  # it sets whether float32 products run in TF32 or in full
     measures: bool = False  # it answers a size of the tensor: a length, a count of elements or dims
@@ -356,7 +358,7 @@ _POOLING_LAYERS = (
 _RESHAPING_LAYERS = "Flatten Unflatten Upsample PixelShuffle ZeroPad2d ReflectionPad2d ReplicationPad2d ConstantPad2d"
 # torch's settings of the process, and its reads of them.
 _SETTINGS = (
-    "manual_seed seed initial_seed get_rng_state set_rng_state set_num_threads get_num_threads "
+    "manual_seed seed initial_seed set_rng_state set_num_threads get_num_threads "
     "set_num_interop_threads get_default_dtype set_default_dtype get_default_device set_default_device "
     "use_deterministic_algorithms is_grad_enabled get_float32_matmul_precision set_printoptions"
 )
@@ -648,6 +650,7 @@ ENTRIES: list[Op] = [
     *_ops(Category.GRAD_MODE, "enable_grad", records_graph=True),
     *_ops(Category.GRAD_MODE, "set_grad_enabled"),  # as its argument says
     *_ops(Category.SETTING, _SETTINGS),
+    *_ops(Category.SETTING, "get_rng_state", place=Placement.HOST),  # the CPU generator's state, a tensor
     # How float32 matrix products (and cuDNN's convolutions) run: in TF32 or in full.
     *_ops(Category.SETTING, "set_float32_matmul_precision", float32_precision=True),
     *_ops(

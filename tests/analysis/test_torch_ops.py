@@ -1133,3 +1133,45 @@ def test_module_tables_hold_their_modules_as_a_list_or_a_dict(name):
     holds = OPS[name].holds
     table = _resolve(name)([linear] if holds == "list" else {"linear": linear})
     assert list(table.values() if holds == "dict" else table) == [linear]
+
+
+# Arguments of torch's functions that answer no tensor, or a host tensor: settings set to
+# what they are, types and a tensor's metadata and values.
+_X = torch.tensor([1.0])
+NOT_TENSOR_ARGUMENTS = {
+    "manual_seed": (0,),
+    "set_rng_state": (torch.get_rng_state(),),
+    "set_num_threads": (torch.get_num_threads(),),
+    "set_default_dtype": (torch.get_default_dtype(),),
+    "set_default_device": (None,),
+    "use_deterministic_algorithms": (torch.are_deterministic_algorithms_enabled(),),
+    "set_float32_matmul_precision": (torch.get_float32_matmul_precision(),),
+    "device": ("cpu",),
+    "finfo": (torch.float32,),
+    "iinfo": (torch.int64,),
+    "result_type": (_X, 1),
+    "promote_types": (torch.float32, torch.float64),
+    "can_cast": (torch.float32, torch.int64),
+    "broadcast_shapes": ((2, 1), (1, 3)),
+    **dict.fromkeys(("is_tensor", "typename", "numel", "is_floating_point", "is_complex", "is_nonzero"), (_X,)),
+}
+
+
+@pytest.mark.parametrize(
+    "name",
+    sorted(
+        name
+        for name in functions(Category.SETTING, Category.TYPES) | functions(Category.METADATA, Category.TO_HOST)
+        if callable(_resolve(name)) and name != "torch.set_num_interop_threads"  # once a process, before any work
+    ),
+)
+def test_settings_types_and_reads_answer_no_tensor_or_a_host_tensor(name):
+    state = torch.get_rng_state()
+    try:
+        result = _resolve(name)(*NOT_TENSOR_ARGUMENTS.get(OPS[name].short, ()))
+    finally:
+        torch.set_rng_state(state)  # `torch.seed()` reseeds the generator
+    if OPS[name].placement is Placement.HOST:
+        assert isinstance(result, torch.Tensor) and result.device.type == "cpu"
+    else:
+        assert OPS[name].placement is Placement.NO_TENSOR and not isinstance(result, torch.Tensor), name
