@@ -508,8 +508,7 @@ ENTRIES: list[Op] = [
         drop_probability=(0, "p"),
     ),
     *_ops(Category.EMBEDDING, "Embedding", prefixes=("torch.nn.",)),
-    *_ops(Category.PAIRWISE, "cdist cov corrcoef"),
-    *_ops(Category.PAIRWISE, "pdist", prefixes=(f"{FUNCTIONAL}.",)),
+    *_ops(Category.PAIRWISE, "cdist cov corrcoef"),  # not `F.pdist`: its own kernel, no product
     *_ops(Category.CONVOLUTION, _CONVOLUTIONS, prefixes=("torch.", f"{FUNCTIONAL}.")),
     *_ops(Category.CONVOLUTION, _CONVOLUTION_MODULES, prefixes=("torch.nn.",)),
     *_ops(Category.CAST, "cpu", prefixes=(METHOD,), syncs=True, shares=True, place=Placement.HOST),

@@ -15,7 +15,7 @@ import sys
 import pytest
 import torch
 
-from codemod.analysis.torch_facts import DEVICE_AND_DTYPE_KEEPING_METHODS
+from codemod.analysis.torch_facts import DDP_ANSWERS, DEVICE_AND_DTYPE_KEEPING_METHODS
 from codemod.analysis.torch_ops import (
     ATTRIBUTES,
     DTYPE_OF,
@@ -162,8 +162,9 @@ def test_the_entries_of_torchs_other_objects_are_what_their_category_says():
         assert issubclass(_resolve(name), torch.amp.autocast), name
     for name in functions(Category.GRAD_SCALER):
         assert issubclass(_resolve(name), torch.amp.GradScaler), name
-    for name in functions(Category.PROCESS, python="int"):
-        assert inspect.signature(_resolve(name)).return_annotation is int, name
+    for name in functions(Category.PROCESS):
+        if OPS[name].python is not None:
+            assert inspect.signature(_resolve(name)).return_annotation.__name__ == OPS[name].python, name
     assert isinstance(torch.cuda.device_count(), int) and isinstance(torch.accelerator.device_count(), int)
     # None of them is an operation: the views over every category leave them out.
     others = functions(Category.CONTAINER, Category.WRAPPER, Category.AUTOCAST, Category.GRAD_SCALER, Category.PROCESS)
@@ -1114,6 +1115,9 @@ def test_distributed_data_parallel_answers_like_the_module_it_wraps(tmp_path):
             if name == "forward":
                 torch.testing.assert_close(through, direct)
             assert _model_state(model) == _model_state(alone), name
+        # The analyses' DDP_ANSWERS add the mode every module has and DDP's own `no_sync`.
+        assert all(hasattr(wrapper, name) for name in DDP_ANSWERS)
+        assert wrapper.eval().training is model.training is False
     finally:
         dist.destroy_process_group()
 
@@ -1175,3 +1179,19 @@ def test_settings_types_and_reads_answer_no_tensor_or_a_host_tensor(name):
         assert isinstance(result, torch.Tensor) and result.device.type == "cpu"
     else:
         assert OPS[name].placement is Placement.NO_TENSOR and not isinstance(result, torch.Tensor), name
+
+
+# The pairwise functions, and one that computes its distances without a matrix product.
+PAIRWISE = sorted(functions(Category.PAIRWISE) | {f"{FUNCTIONAL}.pdist"})
+
+
+@pytest.mark.parametrize("name", PAIRWISE)
+def test_pairwise_functions_multiply_matrices(name):
+    """What torch's profiler sees them run (40 rows: `cdist` multiplies past 25)."""
+    from torch.profiler import profile
+
+    x = torch.rand(40, 8)
+    with profile() as run:
+        _resolve(name)(*((x, x) if OPS.get(name, None) and OPS[name].short == "cdist" else (x,)))
+    products = {"aten::mm", "aten::bmm", "aten::addmm", "aten::matmul"}
+    assert bool(products & {event.name for event in run.events()}) == (name in functions(Category.PAIRWISE))
