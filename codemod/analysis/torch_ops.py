@@ -795,9 +795,9 @@ _MODULE_FACTS: dict[str, dict[str, object]] = {}
 for _names, _facts in _MODULE_CROSSING:
     for _name in _names.split():
         _MODULE_FACTS.setdefault(_name, {}).update(_facts)
-_UNKNOWN = sorted(_MODULE_FACTS.keys() - {method.name for method in _MODULE_METHODS})
-if _UNKNOWN:  # a misspelt name would lose its facts silently
-    raise KeyError(f"facts of module methods not in the table: {_UNKNOWN}")
+_UNKNOWN_METHODS = sorted(_MODULE_FACTS.keys() - {method.name for method in _MODULE_METHODS})
+if _UNKNOWN_METHODS:  # a misspelt name would lose its facts silently
+    raise KeyError(f"facts of module methods not in the table: {_UNKNOWN_METHODS}")
 NN_MODULE_METHODS: dict[str, ModuleMethod] = {
     MODULE + method.name: replace(method, **_MODULE_FACTS.get(method.name, {})) for method in _MODULE_METHODS
 }
