@@ -4,9 +4,11 @@ savers. In four parts:
 
 - torch, as views of the tables in `torch_ops`: its operations, a tensor's
   attributes, a module's methods, dtypes, module containers and wrappers,
-  autocast, scalers, a process's device and rank queries;
-- torch, written here: its other objects (datasets, loaders, optimizers,
-  processes, devices) and the lists of operations the table does not say yet;
+  autocast, grad modes, scalers, a process's device and rank queries, its
+  settings;
+- torch's other objects (datasets, loaders, optimizers, schedulers), as views
+  of their tables in `torch_ops`, and what is written here: its namespaces and
+  keywords, and the choices of the analyses among its names;
 - not torch, plain tables: Python's builtins and standard library, Python's
   random and numpy, tokenizers, torchvision, the training libraries
   (Accelerate, Lightning, Hugging Face), perfmod's runtime;
@@ -79,6 +81,20 @@ MOVING_METHODS = MOVE_METHODS | methods(Category.MEMORY, in_place=True)
 # size, storage, the backward pass). Every other method of a tensor, the table's or not
 # (`chunk`, `new_zeros`), gives tensors on the receiver's device; those named `is_*` answer a question.
 NOT_SAME_PLACE_METHODS = MOVE_METHODS | methods(placement=Placement.NO_TENSOR)
+# torch functions that compute no tensor where their arguments are: process settings and
+# reads of them, torch's types, checkpoints saved and loaded, grad modes and autocast, a
+# tensor's metadata and values read to the host, and the compiler.
+NOT_TENSOR_FUNCTIONS = functions(
+    Category.SETTING,
+    Category.TYPES,
+    Category.SAVE,
+    Category.LOAD,
+    Category.GRAD_MODE,
+    Category.AUTOCAST,
+    Category.METADATA,
+    Category.TO_HOST,
+) | functions(Category.WRAPPER, compiles=True)
+SIZE_METHODS = methods(measures=True)  # tensor methods that give a size, never negative
 # torch's dtypes by their names (`float32`, `float`) and by what they are.
 DTYPE_NAMES = frozenset(name for dtype in DTYPES for name in dtype.names)
 
@@ -122,6 +138,15 @@ FORWARD_HOOK_REGISTRATIONS = tuple(sorted(module_methods(hook="forward")))
 HOOK_REGISTRATIONS = module_methods(hook="forward") | module_methods(hook="backward")
 # Calls that wrap a model and run its forward: `DDP(model)(x)` runs `model`'s.
 MODEL_WRAPPERS = functions(Category.WRAPPER)
+# What compiles a model with TorchDynamo (`torch.compile(m)`; `m.compile()` is a module method).
+TORCH_COMPILERS = functions(Category.WRAPPER, compiles=True)
+# In-place tensor methods that reset a `.grad` by hand (those that may write zeros, and the
+# detach torch's own `zero_grad(set_to_none=False)` does first).
+GRAD_ZEROING_METHODS = methods(fills=True)
+GRAD_RESET_METHODS = GRAD_ZEROING_METHODS | {"detach_", "requires_grad_"}
+# Context managers that turn autograd's recording on or off, and those under which it records no graph.
+GRAD_MODES = functions(Category.GRAD_MODE)
+GRAD_FREE_CONTEXTS = functions(Category.GRAD_MODE, records_graph=False)
 # Module methods that neither move the module nor hand it out, and those that return it.
 MODULE_METHODS_IN_PLACE = module_methods(keeps_place=True)
 MODULE_METHODS_RETURNING_SELF = module_methods(returns_self=True)
@@ -130,7 +155,11 @@ MODULE_METHODS_RETURNING_SELF = module_methods(returns_self=True)
 MODULE_ATTRIBUTE_SETTERS = {m.name: m.sets for m in NN_MODULE_METHODS.values() if m.sets is not None}
 # What a model is set up with before training (a compile goes after the last of these): the
 # moves and casts that return it, and loading its weights; not a mode switch (`.train()`).
-MODULE_SET_UP_METHODS = (MODULE_METHODS_RETURNING_SELF - {"train", "eval"}) | {"load_state_dict"}
+MODULE_SET_UP_METHODS = module_methods(sets_up=True)
+# What DistributedDataParallel answers like the module it wraps: the module methods it answers
+# so, the `training` flag every module has, its own `no_sync`. Any other attribute of the
+# wrapped model is read through distributed.unwrap(model).
+DDP_ANSWERS = module_methods(wrapper_answers=True) | {"training", "no_sync"}
 
 # -- losses --------------------------------------------------------------------------------
 
@@ -260,6 +289,14 @@ FLOAT_RESULT_METHODS = methods(result_kind="float", in_place=False)
 INT64_RESULT_METHODS = methods(result_dtype="int64", in_place=False)
 BOOL_RESULT_METHODS = methods(result_dtype="bool", in_place=False)
 DTYPE_KEEPING_METHODS = methods(result_dtype=KEPT, in_place=False)
+# Tensor methods whose result (or receiver, for in-place ones) keeps the device and the
+# floating dtype: what `nn.Parameter(...)` or `requires_grad_()` may be applied around. Not
+# `max` and `min`, whose result along a dim is a pair of values and indices.
+DEVICE_AND_DTYPE_KEEPING_METHODS = (
+    methods(placement=Placement.OPERANDS, result_dtype=KEPT, in_place=False)
+    | methods(placement=Placement.OPERANDS, result_kind="float", in_place=False)
+    | methods(in_place=True)
+) - methods(Category.EXTREMES)
 # Tensor methods whose result is a tensor (a view, a conversion, a reduction, ...), or an
 # array of its memory (`.numpy()`).
 TENSOR_RESULT_METHODS = (
@@ -285,8 +322,13 @@ PURE_TORCH_FUNCTIONS = functions(pure=True)
 # recurrent and convolution layers): the float32 work that TF32 and reduced precision change.
 MATRIX_PRODUCTS = functions(Category.MATMUL, Category.CONVOLUTION, Category.RECURRENT)
 MATRIX_PRODUCT_METHODS = methods(Category.MATMUL)
+# Functions that multiply matrices of sizes perfmod does not follow (`cdist` computes
+# Euclidean distances through a matmul).
+UNLISTED_PRODUCTS = functions(Category.PAIRWISE)
 # Containers of modules: what they run is what they are given.
 MODULE_CONTAINERS = functions(Category.CONTAINER)
+# Containers that hold modules by key or by position: their modules are `.values()` or the container.
+MODULE_TABLES = {name: op.holds for name, op in OPS.items() if op.holds is not None}
 # Functions and tensor methods that reduce a tensor to fewer dims, and every loss: what
 # computes a loss value (a function that calls none of them computes none).
 REDUCING_FUNCTIONS = functions(Category.REDUCTION, Category.LOSS)
@@ -300,6 +342,13 @@ COMPILE_BREAK_METHODS = frozenset(name.removeprefix("Tensor.") for name in COMPI
 
 # Calls that wait until the device has run all the work queued on it.
 DEVICE_SYNCHRONIZES = functions(Category.PROCESS, syncs=True)
+# Calls whose value tells whether the process has a CUDA device (`if torch.cuda.is_available():`).
+CUDA_PROBES = functions(Category.PROCESS, device_probe="cuda")
+# Calls that hand the memory CUDA's caching allocator holds unused back to the device.
+CACHE_RELEASES = functions(Category.PROCESS, frees_cache=True)
+# The names of torch's settings of float32 matrix products (TF32): the backends' flags and the
+# function; a program that spells one chooses the precision itself.
+MATMUL_PRECISION_SETTINGS = short(functions(Category.SETTING, float32_precision=True))
 # torch's functions that return a Python int: device counts and indices, ranks and world sizes.
 INT_TORCH_FUNCTIONS = functions(Category.PROCESS, python="int")
 # Tensor methods that test a value for NaN or infinity (and the functions: FINITENESS_TESTS).
@@ -361,6 +410,7 @@ NORM_METHODS = methods(Category.NORM)  # `x.norm(p, dim)`: reduced as a reductio
 # and `pow` of a number.
 ONE_OPERAND_METHODS = frozenset(methods(Category.UNARY, Category.CAST, random=False, in_place=False) | {"pow"})
 ONE_OPERAND_FUNCTIONS = frozenset(functions(Category.UNARY, random=False) | {"torch.pow"})
+TOTALS = functions(totals=True)  # the functions that add up, or average, every element of one tensor
 
 # -- a loop over time read as a recurrence (PM505) -----------------------------------------
 
@@ -377,11 +427,27 @@ RECURRENCE_METHODS = methods(recurrence=True) | attributes(recurrence=True)
 # arguments in order, with their defaults. `Layer.parameters` and `Layer.matmul` read them.
 NN_LAYER_ARGUMENTS = {name: layer.arguments for name, layer in SIZED_LAYERS.items()}
 RNN_GATES = {name: layer.gates for name, layer in SIZED_LAYERS.items() if layer.gates}  # per layer and direction
+SOFTMAX_MODULES = functions(Category.NORM_LAYER, short="Softmax")  # `nn.Softmax` under both its names
+# Layers that act on the last dimensions of their input and take any number of leading ones
+# (`(*, H)` in torch's docs), and the containers that only call their children: a sample
+# without its batch dimension gives the values its row of a batch gives.
+LEADING_DIM_LAYERS = (
+    functions(Category.ELEMENTWISE_LAYER) | LAST_DIM_MODULES | functions(any_leading_dims=True) | MODULE_CONTAINERS
+)
+# Layers whose output for one sample depends on the other samples of the batch (in training mode).
+BATCH_MIXING_LAYERS = functions(Category.NORM_LAYER, Category.BATCH_NORM, mixes_batch=True)
+NN_STATELESS = functions(stateless=True)  # layers of torch.nn without parameters or buffers
+# The plain dropout as a function, in torch.nn.functional and torch.
+FUNCTIONAL_DROPOUTS = functions(Category.UNARY, random=True, short="dropout")
+# Where each dropout of torch takes its probability of zeroing an element, (position,
+# keyword): a module's construction, a function's call. With p = 0 it zeroes nothing, and
+# draws nothing from the RNG (torch returns the input: `torch.nn.functional.dropout`).
+DROP_PROBABILITY = {name: op.drop_probability for name, op in OPS.items() if op.drop_probability is not None}
 
 
 # ==========================================================================================
-# torch, written here: its other objects (data loading, optimizers, processes, devices) and
-# the lists of operations the table does not say yet
+# torch's other objects (data loading, optimizers) as views of their tables, and written
+# here: its namespaces and keywords, and the choices of the analyses among its names
 # ==========================================================================================
 
 # -- datasets and loaders ------------------------------------------------------------------
@@ -402,19 +468,8 @@ TENSOR_ROW_DATASETS = datasets(rows_of_tensors=True)
 # Datasets of torch made of other datasets: an item costs what an item of a part costs.
 DATASETS_OF_DATASETS = datasets(of_datasets=True)
 # Namespaces whose lowercase functions compute tensors where their tensor arguments are
-# (`torch.cos(t)`, `F.relu(x)`, `torch.linalg.norm(x)`), except those listed below.
+# (`torch.cos(t)`, `F.relu(x)`, `torch.linalg.norm(x)`), except NOT_TENSOR_FUNCTIONS.
 TENSOR_NAMESPACES = ("torch", "torch.nn.functional", "torch.linalg", "torch.special", "torch.fft", "torch.nn.utils.rnn")
-NOT_TENSOR_FUNCTIONS = {
-    f"torch.{name}"
-    for name in (
-        "save load device manual_seed seed initial_seed compile no_grad enable_grad set_grad_enabled "
-        "inference_mode is_grad_enabled is_tensor is_floating_point is_complex is_nonzero numel typename "
-        "get_default_dtype set_default_dtype set_default_device get_default_device autocast "
-        "use_deterministic_algorithms set_num_threads get_num_threads set_num_interop_threads "
-        "set_float32_matmul_precision get_float32_matmul_precision get_rng_state set_rng_state "
-        "set_printoptions result_type promote_types can_cast finfo iinfo broadcast_shapes"
-    ).split()
-}
 
 # -- training ------------------------------------------------------------------------------
 
@@ -427,56 +482,9 @@ LR_ONLY_SCHEDULERS = schedulers(writes=LR_KEYS)
 LR_GROUP_KEYS = frozenset({*LR_KEYS, "params"})
 # The tensor types that make float64 the default dtype (`torch.set_default_tensor_type`).
 DOUBLE_TENSOR_TYPES = frozenset(name for name, dtype in DEFAULT_TENSOR_TYPES.items() if dtype == "float64")
-# Calls whose value tells whether the process has a CUDA device (`if torch.cuda.is_available():`).
-CUDA_PROBES = {"torch.cuda.is_available", "torch.cuda.device_count"}
-# The names of torch's settings of float32 matrix products (TF32): the backends' flags and the
-# function; a program that spells one chooses the precision itself.
-MATMUL_PRECISION_SETTINGS = ("allow_tf32", "fp32_precision", "set_float32_matmul_precision")
-# Calls that hand memory back (Python's collector, the CUDA caching allocator), with how a
-# message spells each.
-MEMORY_CLEANUPS = {
-    "gc.collect": "gc.collect()",
-    "torch.cuda.empty_cache": "torch.cuda.empty_cache()",
-    "torch.cuda.memory.empty_cache": "torch.cuda.empty_cache()",
-}
-
-# -- layers, dropouts and draws ------------------------------------------------------------
-
-# `nn.Softmax` under both its names.
-SOFTMAX_MODULES = {"torch.nn.Softmax", "torch.nn.modules.activation.Softmax"}
-# Layers that act on the last dimensions of their input and take any number of leading ones
-# (`(*, H)` in torch's docs), and the containers that only call their children: a sample
-# without its batch dimension gives the values its row of a batch gives.
-LEADING_DIM_LAYERS = (
-    functions(Category.ELEMENTWISE_LAYER)
-    | functions(last_dims=True, module=True)
-    | {f"torch.nn.{name}" for name in ("Embedding", "Dropout", "Sequential", "ModuleList")}
-)
-# Layers whose output for one sample depends on the other samples of the batch (in training mode).
-BATCH_MIXING_LAYERS = {
-    f"torch.nn.{name}"
-    for name in (
-        "BatchNorm1d BatchNorm2d BatchNorm3d LazyBatchNorm1d LazyBatchNorm2d LazyBatchNorm3d SyncBatchNorm"
-    ).split()
-} | {f"{FUNCTIONAL}.batch_norm"}
-# The plain dropout as a function, in torch.nn.functional and torch.
-FUNCTIONAL_DROPOUTS = (f"{FUNCTIONAL}.dropout", "torch.dropout")
-# Where each dropout of torch takes its probability of zeroing an element, (position,
-# keyword): a module's construction, a function's call. With p = 0 it zeroes nothing, and
-# draws nothing from the RNG (torch returns the input: `torch.nn.functional.dropout`).
-DROP_PROBABILITY = {name: (0, "p") for name in RANDOM_MODULES} | {
-    f"{FUNCTIONAL}.{name}": (1, "p")
-    for name in ("dropout", "dropout1d", "dropout2d", "dropout3d", "alpha_dropout", "feature_alpha_dropout")
-}
 
 # -- models --------------------------------------------------------------------------------
 
-# Containers that hold modules by key or by position: their modules are `.values()` or the container.
-MODULE_TABLES = {
-    f"torch.nn{path}.{name}": kind
-    for name, kind in (("ModuleDict", "dict"), ("ModuleList", "list"))
-    for path in ("", ".modules.container")
-}
 # torch's calls that hand back a model built elsewhere (a file, a hub): what it runs is unknown.
 MODEL_LOADERS = ("torch.load", "torch.jit.load", "torch.hub", "torch.export.load", "torch.package")
 
@@ -496,8 +504,6 @@ ACCELERATOR_NAMESPACES = (
     "torch.nn.parallel",
     "torch.distributed",
 )
-# Methods that move a tensor or module to an accelerator whatever their argument.
-ACCELERATOR_METHODS = frozenset({"cuda", "xpu", "mps", "npu", "hpu", "ipu"})
 # Keywords that name where a call puts what it makes or loads (and Lightning's
 # `Trainer(accelerator="gpu", devices=1)`, which chooses an accelerator).
 DEVICE_KEYWORDS = frozenset({"device", "device_map", "map_location", "accelerator", "devices", "gpus"})
@@ -523,76 +529,11 @@ LAUNCH_FUSED_TYPES = LAUNCH_FUSED_DEVICES
 # Optimizer arguments that pick the implementation or that fused=True rejects
 # (`fused` does not support `differentiable`; `fused` and `foreach` cannot both be True).
 FUSED_CONFLICTS = IMPLEMENTATION_KEYWORDS
-# Tensor methods whose result (or receiver, for in-place ones) keeps the device and the
-# floating dtype: what `nn.Parameter(...)` or `requires_grad_()` may be applied around.
-DEVICE_AND_DTYPE_KEEPING_METHODS = frozenset(
-    "requires_grad_ detach detach_ clone contiguous float double half bfloat16 view reshape t "
-    "normal_ uniform_ zero_ fill_ mul_ div_ add_ sub_ clamp_ copy_".split()
-)
 
 # -- DistributedDataParallel (PM601) -------------------------------------------------------
 
 # Datasets cheap and pure to build twice (the sampler needs only their length).
 REBUILDABLE_DATASETS = datasets(rebuildable=True)
-# What DistributedDataParallel answers like the module it wraps; any other attribute of
-# the wrapped model is read through distributed.unwrap(model).
-DDP_ANSWERS = {
-    "parameters",
-    "train",
-    "eval",
-    "zero_grad",
-    "to",
-    "cuda",
-    "cpu",
-    "modules",
-    "children",
-    "buffers",
-    "requires_grad_",
-    "apply",
-    "training",
-    "no_sync",
-    "forward",
-    "half",
-    "float",
-    "double",
-    "bfloat16",
-    "type",
-}
-# Methods that run outside the model's forward pass; a training forward through any
-# other method skips DDP's gradient synchronisation.
-NOT_FORWARD = DDP_ANSWERS | {
-    "state_dict",
-    "load_state_dict",
-    "named_parameters",
-    "named_modules",
-    "named_buffers",
-    "named_children",
-    "get_submodule",
-    "get_parameter",
-    "get_buffer",
-    "register_buffer",
-    "save_pretrained",
-    "compile",
-    "register_forward_hook",
-    "register_forward_pre_hook",
-    "register_full_backward_hook",
-}
-# Methods that set a model up in place: the DDP wrap goes after the last of them.
-CONFIGURES = {
-    "to",
-    "cuda",
-    "compile",
-    "load_state_dict",
-    "apply",
-    "half",
-    "float",
-    "double",
-    "bfloat16",
-    "requires_grad_",
-    "init_weights",
-    "reset_parameters",
-    "tie_weights",
-}
 
 # -- sizes ---------------------------------------------------------------------------------
 
@@ -600,43 +541,17 @@ CONFIGURES = {
 # many they always keep, and the keywords that add one each unless left at their default
 # (`momentum=0`, `amsgrad=False`, `centered=False`). 0-dim counters (`step`) not counted.
 OPTIMIZER_STATES = {name: (optimizer.states, optimizer.state_options) for name, optimizer in OPTIMIZERS.items()}
-# Layers of torch.nn without parameters or buffers (activations, pooling, dropout, reshaping).
-NN_STATELESS = frozenset(
-    f"torch.nn.{name}"
-    for name in (
-        "ReLU ReLU6 LeakyReLU GELU SiLU Mish ELU SELU CELU Tanh Sigmoid Softmax LogSoftmax Softplus Hardswish "
-        "Hardtanh Identity Dropout Dropout1d Dropout2d Dropout3d AlphaDropout Flatten Unflatten MaxPool1d MaxPool2d "
-        "MaxPool3d AvgPool1d AvgPool2d AvgPool3d AdaptiveAvgPool1d AdaptiveAvgPool2d AdaptiveAvgPool3d "
-        "AdaptiveMaxPool1d AdaptiveMaxPool2d Upsample PixelShuffle ZeroPad2d ReflectionPad2d ReplicationPad2d "
-        "ConstantPad2d"
-    ).split()
-)
-# Functions that multiply matrices though the table does not list them as products (`cdist`
-# computes Euclidean distances through a matmul), and a namespace of them.
-UNLISTED_PRODUCTS = frozenset({"torch.cdist", "torch.cov", "torch.corrcoef", "torch.nn.functional.pdist"})
-UNLISTED_PRODUCT_PREFIXES = ("torch.linalg.",)
-
-# -- a per-sample loop run once on the batch (PM502) ---------------------------------------
-
-# The functions that add up, or average, every element of one tensor.
-TOTALS = frozenset({"torch.sum", "torch.mean"})
 
 # -- compiling, gradients, sizes -----------------------------------------------------------
 
-# What compiles a model with TorchDynamo (`torch.compile(m)`, `m.compile()`).
-TORCH_COMPILERS = ("torch.compile",)
-# Context managers under which no autograd graph is recorded.
-GRAD_FREE_CONTEXTS = ("torch.no_grad", "torch.inference_mode")
-# In-place tensor methods that reset a `.grad` by hand, and those of them that may write zeros.
-GRAD_ZEROING_METHODS = methods(fills=True)
-GRAD_RESET_METHODS = GRAD_ZEROING_METHODS | {"detach_", "requires_grad_"}
+# A namespace of functions that factorize or multiply matrices perfmod does not size
+# (UNLISTED_PRODUCTS are such functions elsewhere): every function under it.
+UNLISTED_PRODUCT_PREFIXES = ("torch.linalg.",)
 # Methods that return a new tensor from the one they are given rather than change it
 # (`GradScaler.scale(loss)` returns the scaled loss).
 SCALER_METHODS_RETURNING_NEW = frozenset({"scale"})
 # Loss keywords whose effect on a per-position or per-sample loss is understood.
 LOSS_KEYWORDS = frozenset({"weight", "ignore_index", "reduction", "label_smoothing"})
-# Tensor methods that give a size, never negative.
-SIZE_METHODS = ("size", "numel", "dim")
 
 
 # ==========================================================================================
@@ -1007,15 +922,22 @@ PROCESS_STARTS = {
     "multiprocessing.Process": (1, "target"),
     "multiprocessing.context.Process": (1, "target"),
 }
-MODULE_METHODS = set(
-    (
-        "parameters named_parameters buffers named_buffers children named_children modules "
-        "named_modules state_dict load_state_dict train eval to cuda cpu half float double "
-        "bfloat16 zero_grad requires_grad_ apply register_forward_hook register_full_backward_hook "
-        "register_forward_pre_hook register_buffer register_parameter add_module get_submodule "
-        "configure_optimizers save_pretrained no_sync"
-    ).split()
-)
+# Methods of a model that do not run its forward: nn.Module's, DDP's `no_sync`, Lightning's
+# `configure_optimizers` and Hugging Face's `save_pretrained`.
+MODULE_METHODS = module_methods(runs_forward=False) | {"no_sync", "configure_optimizers", "save_pretrained"}
+# Methods that run outside the model's forward pass (nn.Module's, `forward` itself through DDP,
+# Hugging Face's `save_pretrained`); a training forward through any other method skips DDP's
+# gradient synchronisation.
+NOT_FORWARD = DDP_ANSWERS | module_methods() | {"save_pretrained"}
+# Methods that set a model up in place (torch's moves, casts, loads and compile; the
+# initializations models define by these names): the DDP wrap goes after the last of them.
+CONFIGURES = MODULE_SET_UP_METHODS | module_methods(compiles=True) | {"init_weights", "reset_parameters", "tie_weights"}
+# Methods that move a tensor or module to an accelerator whatever their argument: torch's, and
+# those of out-of-tree devices (torch_npu's, Intel Gaudi's) and `mps` as programs spell them.
+ACCELERATOR_METHODS = methods(accelerator=True) | module_methods(accelerator=True) | {"mps", "npu", "hpu"}
+# Calls that hand memory back (Python's collector, the CUDA caching allocator), with how a
+# message spells each.
+MEMORY_CLEANUPS = {"gc.collect": "gc.collect()"} | dict.fromkeys(sorted(CACHE_RELEASES), "torch.cuda.empty_cache()")
 # Methods of Python's strings and containers (and nn.Module's get_submodule) that read and change nothing.
 READ_ONLY_METHODS = frozenset(
     (
@@ -1031,7 +953,7 @@ READ_ONLY_METHODS = frozenset(
 FUNCTIONAL_PARAMETERS = ("torch.func", "torch.nn.utils.stateless", "functorch", "higher")
 INFINITIES = ("math.inf", "torch.inf", "numpy.inf")
 # Calls that draw a random permutation of `range(n)`: a shuffled order of the samples.
-PERMUTATIONS = frozenset({"torch.randperm", "numpy.random.permutation"})
+PERMUTATIONS = functions(permutes=True) | {"numpy.random.permutation"}
 # Calls that draw a batch of samples (or of their indices) at random, with replacement
 # across calls: qualified name -> how a message spells it.
 BATCH_DRAWS = {
@@ -1043,18 +965,7 @@ BATCH_DRAWS = {
 }
 # Context managers that change how ops are computed (precision, gradients), not what a
 # factory or a tokenizer gives.
-TRANSPARENT_BLOCKS = frozenset(
-    {
-        "torch.no_grad",
-        "torch.enable_grad",
-        "torch.inference_mode",
-        "torch.autocast",
-        "torch.amp.autocast",
-        "torch.cuda.amp.autocast",
-        "torch.cpu.amp.autocast",
-        "contextlib.nullcontext",
-    }
-)
+TRANSPARENT_BLOCKS = GRAD_MODES | AUTOCAST_NAMES | {"contextlib.nullcontext"}
 # Functions that take a tensor, read it and change nothing in it (they return something new).
 NON_MUTATING_CALLS = frozenset(
     {f"builtins.{name}" for name in "print float int len str repr isinstance".split()}

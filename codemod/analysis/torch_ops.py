@@ -6,11 +6,13 @@ follows from its arguments, it works on the last dims only, which dim of a
 recurrent layer's output runs over time), and where its result is and of
 which dtype (by category, `Op.placement` and `Op.result_dtype`, where the
 entry does not say). torch's objects that are no operation of their own (module
-containers, autocast, gradient scalers, a process's device and rank queries)
-have entries too, in categories the views over every category leave out.
+containers, autocast, grad modes, gradient scalers, a process's device and rank
+queries, its settings, torch's types, a checkpoint's load) have entries too, in
+categories the views over every category leave out.
 Beside it, the tables of a tensor's attributes (`ATTRIBUTES`: views, metadata,
 its gradient), of a module's methods (`NN_MODULE_METHODS`: those that return
-it, keep it where it is, add hooks, set attributes), of torch's dtypes
+it, keep it where it is, add hooks, set attributes, set it up, what
+DistributedDataParallel answers for it), of torch's dtypes
 (`DTYPES`: their names, sizes and the methods that cast to them) and of the
 layers whose parameters perfmod counts (`SIZED_LAYERS`: their constructor's
 arguments, a recurrent layer's gates).
@@ -71,12 +73,23 @@ class Category(enum.Enum):
     NORM_LAYER = "layer along dims"  # norms and softmax: shape kept, an element reads others
     DROPOUT_LAYER = "dropout layer"  # zeroes elements drawn from the RNG, shape kept
     GRAD_CLIP = "gradient clip"  # clips the gradients of the parameters it is given to a value
+    POOLING_LAYER = "pooling layer"  # the max or mean of windows of the spatial dims (adaptive: to the size given)
+    RESHAPING_LAYER = "reshaping layer"  # its input's values in another shape: flattened, padded, upsampled
+    # Distances, covariances and correlations of pairs of rows: matrix products of sizes perfmod does not follow.
+    PAIRWISE = "pairwise"
     # torch's objects that are no operation of their own: the views over every category leave them out.
     CONTAINER = "module container"  # an `nn` module that holds others: what it runs is theirs
     WRAPPER = "model wrapper"  # wraps a model: what it runs is the model's forward (`DDP(model)(x)`)
     PROCESS = "process"  # the devices and ranks of the process, and waits for a device's work
     AUTOCAST = "autocast"  # a context manager that runs the ops under it in reduced precision
     GRAD_SCALER = "gradient scaler"  # scales a float16 loss, unscales the gradients before a step
+    GRAD_MODE = "grad mode"  # a context manager that turns autograd's recording of a graph on or off
+    SETTING = "setting"  # a process-wide setting of torch, or a read of one: seeds, threads, defaults, precision
+    TYPES = "types"  # torch's types and its rules over them: a device, a dtype's limits, promotion, broadcasting
+    LOAD = "load"  # reads a checkpoint: its tensors are where `map_location` says, else where they were saved
+    # `F.batch_norm`: in training mode it writes the running statistics it is given, so it is
+    # neither pure nor read-only as the views over every category would take it to be.
+    BATCH_NORM = "batch norm"
 
 
 class Shape(enum.Enum):
@@ -118,8 +131,23 @@ _CATEGORY_PLACEMENT = {
     Category.PROCESS: Placement.NO_TENSOR,
     Category.AUTOCAST: Placement.NO_TENSOR,
     Category.GRAD_SCALER: Placement.NO_TENSOR,
+    Category.GRAD_MODE: Placement.NO_TENSOR,
+    Category.SETTING: Placement.NO_TENSOR,
+    Category.TYPES: Placement.NO_TENSOR,
+    Category.LOAD: Placement.TOLD,
 }
-_NOT_OPERATIONS = (Category.CONTAINER, Category.WRAPPER, Category.PROCESS, Category.AUTOCAST, Category.GRAD_SCALER)
+_NOT_OPERATIONS = (
+    Category.CONTAINER,
+    Category.WRAPPER,
+    Category.PROCESS,
+    Category.AUTOCAST,
+    Category.GRAD_SCALER,
+    Category.GRAD_MODE,
+    Category.SETTING,
+    Category.TYPES,
+    Category.LOAD,
+    Category.BATCH_NORM,
+)
 _OPERATIONS = tuple(category for category in Category if category not in _NOT_OPERATIONS)
 # What an op's result dtype may be, beside the name of one of DTYPES: some floating dtype
 # whatever its operands' (`mean` of any tensor), its receiver's, or the one its argument names.
@@ -130,7 +158,7 @@ NAMED = "named"
 # and in-place writes aside, a checkpoint, the gradients, the backward pass, storage.
 _EFFECTS = (Category.SAVE, Category.GRAD_NORM, Category.GRAD_CLIP, Category.AUTOGRAD, Category.MEMORY)
 # Module classes of these categories build weights drawn from the RNG (`nn.Linear`, `nn.LSTM`).
-_WEIGHTED = (Category.MATMUL, Category.CONVOLUTION, Category.RECURRENT)
+_WEIGHTED = (Category.MATMUL, Category.CONVOLUTION, Category.RECURRENT, Category.EMBEDDING)
 
 
 @dataclass(frozen=True)
@@ -224,6 +252,27 @@ class Op:
     # which is handed a norm computed before it).
     clips: bool = False
     fills: bool = False  # it writes one value to every element, whatever they held (`zero_`, `fill_`)
+    # In training mode a sample's output depends on the other samples of its batch (batch statistics).
+    mixes_batch: bool = False
+    # An `nn` layer whose input may have any leading dims (`(*)` in torch's docs), each row
+    # computed alone, where neither its category nor `last_dims` says so (`nn.Embedding`).
+    any_leading_dims: bool = False
+    stateless: bool = False  # an `nn` layer without parameters or buffers
+    # A dropout: where it takes its probability of zeroing an element, (position, keyword) of
+    # a module's construction or a function's call.
+    drop_probability: tuple[int, str] | None = None
+    device_probe: str | None = None  # its value tells whether the process has a device of this type
+    compiles: bool = False  # it compiles what it is given with TorchDynamo
+    records_graph: bool | None = None  # a grad mode: autograd records a graph under it (None: as its argument says)
+    frees_cache: bool = False  # it hands the device memory its caching allocator holds unused back
+    float32_precision: bool = False  # it sets whether float32 products run in TF32 or in full
+    measures: bool = False  # it answers a size of the tensor: a length, a count of elements or dims
+    totals: bool = False  # given the tensor alone, it adds up or averages every element
+    permutes: bool = False  # a random permutation of `range(n)`
+    accelerator: bool = False  # it moves to an accelerator whatever its argument says (`x.cuda()`)
+    # A container built of a "list" of modules (they are the container, by position) or of a
+    # "dict" of them (they are its `.values()`, by key).
+    holds: str | None = None
 
     @property
     def placement(self) -> Placement:
@@ -298,7 +347,21 @@ _ACTIVATIONS = "silu gelu relu elu leaky_relu softplus sigmoid tanh logsigmoid m
 # Casts return their receiver when there is nothing to do (`x.float()` of a float tensor).
 _CASTS = "float double half bfloat16 long int short bool byte char contiguous detach"
 _VIEWS = "view_as reshape_as t expand_as narrow as_strided select diagonal"
-_ELEMENTWISE_LAYERS = "GELU ReLU SiLU Tanh Sigmoid Identity Softplus ELU LeakyReLU Mish Hardswish ReLU6"
+_ELEMENTWISE_LAYERS = (
+    "GELU ReLU SiLU Tanh Sigmoid Identity Softplus ELU LeakyReLU Mish Hardswish ReLU6 SELU CELU Hardtanh"
+)
+_BATCH_NORMS = "BatchNorm1d BatchNorm2d BatchNorm3d LazyBatchNorm1d LazyBatchNorm2d LazyBatchNorm3d SyncBatchNorm"
+_POOLING_LAYERS = (
+    "MaxPool1d MaxPool2d MaxPool3d AvgPool1d AvgPool2d AvgPool3d AdaptiveAvgPool1d AdaptiveAvgPool2d "
+    "AdaptiveAvgPool3d AdaptiveMaxPool1d AdaptiveMaxPool2d"
+)
+_RESHAPING_LAYERS = "Flatten Unflatten Upsample PixelShuffle ZeroPad2d ReflectionPad2d ReplicationPad2d ConstantPad2d"
+# torch's settings of the process, and its reads of them.
+_SETTINGS = (
+    "manual_seed seed initial_seed set_rng_state set_num_threads get_num_threads "
+    "set_num_interop_threads get_default_dtype set_default_dtype get_default_device set_default_device "
+    "use_deterministic_algorithms is_grad_enabled get_float32_matmul_precision set_printoptions"
+)
 _DROPOUT_LAYERS = "Dropout Dropout1d Dropout2d Dropout3d AlphaDropout FeatureAlphaDropout"
 _REORDERING = "transpose permute movedim swapaxes swapdims"
 # A tensor's Python protocol: numbers, text and arrays of its values.
@@ -431,20 +494,37 @@ ENTRIES: list[Op] = [
     *_ops(Category.EMBEDDING, "embedding", prefixes=(f"{FUNCTIONAL}.",), last_dims=True),
     *_ops(Category.ELEMENTWISE_LAYER, _ELEMENTWISE_LAYERS, prefixes=("torch.nn.",)),
     *_ops(Category.NORM_LAYER, "LayerNorm RMSNorm", prefixes=("torch.nn.",), last_dims=True),
-    *_ops(Category.NORM_LAYER, "GroupNorm Softmax", prefixes=("torch.nn.",)),
-    *_ops(Category.DROPOUT_LAYER, _DROPOUT_LAYERS, prefixes=("torch.nn.", "torch.nn.modules.dropout.")),
+    *_ops(Category.NORM_LAYER, "GroupNorm", prefixes=("torch.nn.",)),
+    *_ops(Category.NORM_LAYER, "Softmax", prefixes=("torch.nn.", "torch.nn.modules.activation.")),
+    *_ops(Category.NORM_LAYER, "LogSoftmax", prefixes=("torch.nn.",)),
+    *_ops(Category.NORM_LAYER, _BATCH_NORMS, prefixes=("torch.nn.",), mixes_batch=True),
+    *_ops(Category.BATCH_NORM, "batch_norm", prefixes=(f"{FUNCTIONAL}.",), mixes_batch=True),
+    *_ops(Category.POOLING_LAYER, _POOLING_LAYERS, prefixes=("torch.nn.",)),
+    *_ops(Category.RESHAPING_LAYER, _RESHAPING_LAYERS, prefixes=("torch.nn.",)),
+    *_ops(
+        Category.DROPOUT_LAYER,
+        _DROPOUT_LAYERS,
+        prefixes=("torch.nn.", "torch.nn.modules.dropout."),
+        drop_probability=(0, "p"),
+    ),
+    *_ops(Category.EMBEDDING, "Embedding", prefixes=("torch.nn.",)),
+    *_ops(Category.PAIRWISE, "cdist cov corrcoef"),  # not `F.pdist`: its own kernel, no product
     *_ops(Category.CONVOLUTION, _CONVOLUTIONS, prefixes=("torch.", f"{FUNCTIONAL}.")),
     *_ops(Category.CONVOLUTION, _CONVOLUTION_MODULES, prefixes=("torch.nn.",)),
     *_ops(Category.CAST, "cpu", prefixes=(METHOD,), syncs=True, shares=True, place=Placement.HOST),
     *_ops(Category.TO_HOST, "item tolist", prefixes=(METHOD,), syncs=True),
+    *_ops(Category.TO_HOST, "is_nonzero", syncs=True),
     *_ops(Category.TO_HOST, _PYTHON_CONVERSIONS, prefixes=(METHOD,), syncs=True),
     *_ops(Category.TO_HOST, "numpy __array__", prefixes=(METHOD,), shares=True),  # the same memory; host tensors only
     *_ops(
         Category.UNARY,
-        "dropout dropout1d dropout2d alpha_dropout gumbel_softmax",
+        "dropout dropout1d dropout2d dropout3d alpha_dropout feature_alpha_dropout",
         prefixes=(f"{FUNCTIONAL}.",),
         random=True,
+        drop_probability=(1, "p"),
     ),
+    *_ops(Category.UNARY, "dropout", random=True, drop_probability=(1, "p")),  # `torch.dropout(x, p, train)`
+    *_ops(Category.UNARY, "gumbel_softmax", prefixes=(f"{FUNCTIONAL}.",), random=True),
     *_ops(
         Category.FACTORY,
         "tensor as_tensor arange eye hann_window hamming_window blackman_window bartlett_window kaiser_window",
@@ -475,7 +555,7 @@ ENTRIES: list[Op] = [
     ),
     *_ops(Category.FACTORY, "normal", random=True),  # new tensors drawn from the RNG
     *_ops(Category.FACTORY, "randint", random=True, dtype="int64", shape=Shape.BOUNDED),
-    *_ops(Category.FACTORY, "randperm", random=True, dtype="int64"),
+    *_ops(Category.FACTORY, "randperm", random=True, dtype="int64", permutes=True),
     # indices drawn by the weights it is given, where they are
     *_ops(
         Category.FACTORY,
@@ -518,7 +598,9 @@ ENTRIES: list[Op] = [
         prefixes=("torch.nn.utils.", "torch.nn.utils.clip_grad."),
         clips=True,
     ),
-    *_ops(Category.CONTAINER, "Sequential ModuleList ModuleDict", prefixes=("torch.nn.",)),
+    *_ops(Category.CONTAINER, "Sequential", prefixes=("torch.nn.",)),
+    *_ops(Category.CONTAINER, "ModuleList", prefixes=("torch.nn.", "torch.nn.modules.container."), holds="list"),
+    *_ops(Category.CONTAINER, "ModuleDict", prefixes=("torch.nn.", "torch.nn.modules.container."), holds="dict"),
     *_ops(
         Category.WRAPPER,
         "DistributedDataParallel",
@@ -529,8 +611,12 @@ ENTRIES: list[Op] = [
         "DataParallel",
         prefixes=("torch.nn.", "torch.nn.parallel.", "torch.nn.parallel.data_parallel."),
     ),
-    *_ops(Category.WRAPPER, "compile"),
-    *_ops(Category.PROCESS, "device_count current_device", prefixes=("torch.cuda.",), python="int"),
+    *_ops(Category.WRAPPER, "compile", compiles=True),
+    *_ops(Category.PROCESS, "device_count", prefixes=("torch.cuda.",), python="int", device_probe="cuda"),
+    *_ops(Category.PROCESS, "current_device", prefixes=("torch.cuda.",), python="int"),
+    *_ops(Category.PROCESS, "is_available", prefixes=("torch.cuda.",), python="bool", device_probe="cuda"),
+    # The CUDA caching allocator's hand-back of the memory it holds unused.
+    *_ops(Category.PROCESS, "empty_cache", prefixes=("torch.cuda.", "torch.cuda.memory."), frees_cache=True),
     *_ops(Category.PROCESS, "device_count current_device_index", prefixes=("torch.accelerator.",), python="int"),
     *_ops(
         Category.PROCESS, "get_rank get_world_size get_node_local_rank", prefixes=("torch.distributed.",), python="int"
@@ -559,6 +645,22 @@ ENTRIES: list[Op] = [
         "GradScaler",
         prefixes=("torch.", "torch.amp.", "torch.amp.grad_scaler.", "torch.cuda.amp.", "torch.cpu.amp."),
     ),
+    *_ops(Category.GRAD_MODE, "no_grad inference_mode", records_graph=False),
+    *_ops(Category.GRAD_MODE, "enable_grad", records_graph=True),
+    *_ops(Category.GRAD_MODE, "set_grad_enabled"),  # as its argument says
+    *_ops(Category.SETTING, _SETTINGS),
+    *_ops(Category.SETTING, "get_rng_state", place=Placement.HOST),  # the CPU generator's state, a tensor
+    # How float32 matrix products (and cuDNN's convolutions) run: in TF32 or in full.
+    *_ops(Category.SETTING, "set_float32_matmul_precision", float32_precision=True),
+    *_ops(
+        Category.SETTING,
+        "allow_tf32 fp32_precision",
+        prefixes=("torch.backends.cuda.matmul.", "torch.backends.cudnn."),
+        float32_precision=True,
+    ),
+    *_ops(Category.TYPES, "device finfo iinfo result_type promote_types can_cast broadcast_shapes is_tensor typename"),
+    *_ops(Category.METADATA, "numel is_floating_point is_complex"),
+    *_ops(Category.LOAD, "load"),
     *[
         Op(name, Category.LOSS, loss=loss, autocast_refused=_BCE if module == "BCELoss" else None)
         for module, loss in _LOSSES.items()
@@ -570,12 +672,25 @@ _MASK_KEEPING = (
     "bool to type_as float half bfloat16 double int long byte cuda cpu contiguous detach clone "
     "view reshape unsqueeze expand"
 )
+_MEASURES = "size dim numel ndimension nelement element_size __len__"
 _RECURRENCE_METHODS = (
     "unsqueeze squeeze transpose sum mean exp sigmoid tanh relu float to type_as softmax clamp abs neg sqrt "
     "matmul mul add sub div"
 )
+# Layers without parameters or buffers: those of these categories, and softmax.
+_STATELESS = (Category.ELEMENTWISE_LAYER, Category.DROPOUT_LAYER, Category.POOLING_LAYER, Category.RESHAPING_LAYER)
 _CROSSING: list[tuple[Iterable[str], dict[str, object]]] = [
     ([METHOD + name for name in _MASK_KEEPING.split()], {"keeps_mask": True}),
+    ([METHOD + name for name in _MEASURES.split()], {"measures": True}),
+    ([f"{prefix}{name}" for prefix in ("torch.", METHOD) for name in ("sum", "mean")], {"totals": True}),
+    ([METHOD + "cuda"], {"accelerator": True}),
+    (
+        [op.name for op in ENTRIES if op.module and op.category in _STATELESS]
+        + ["torch.nn.Softmax", "torch.nn.modules.activation.Softmax", "torch.nn.LogSoftmax"],
+        {"stateless": True},
+    ),
+    # The layers of any input shape that compute each element alone: a row is computed as in its batch.
+    (["torch.nn.Dropout", "torch.nn.modules.dropout.Dropout", "torch.nn.Embedding"], {"any_leading_dims": True}),
     ([METHOD + name for name in _RECURRENCE_METHODS.split()], {"recurrence": True}),
     # The functions a recurrence may be made of: elementwise math, math along a dim, products, `where`.
     (
@@ -624,31 +739,67 @@ class ModuleMethod:
     keeps_place: bool = False
     hook: str | None = None  # it adds a hook to each pass of this kind: "forward", "backward"
     sets: str | None = None  # it sets an attribute by name (`register_buffer("mask", m)`): the value's keyword
+    # DistributedDataParallel, whose one child is the module it wraps, answers it as that module
+    # would: it acts on the module's parameters, buffers, mode or forward, or hands them out
+    # (its `modules()` and `apply` take in the wrapper too; its `children()` is the module).
+    wrapper_answers: bool = False
+    sets_up: bool = False  # it sets the module up in place for training: a move, a cast, weights loaded
+    compiles: bool = False  # it compiles the module's forward with TorchDynamo, in place
+    accelerator: bool = False  # it moves the module to an accelerator whatever its argument says
+    runs_forward: bool = False  # it runs the module's forward pass
 
 
 def _module_methods(names: str, **facts) -> list[ModuleMethod]:
     return [ModuleMethod(name, **facts) for name in names.split()]
 
 
+# Facts that cut across the groups below, by method.
+_MODULE_CROSSING: list[tuple[str, dict[str, object]]] = [
+    (
+        "parameters buffers modules train eval zero_grad to cuda cpu half float double bfloat16 type "
+        "requires_grad_ apply forward",
+        {"wrapper_answers": True},
+    ),
+    (
+        "to cuda cpu xpu ipu mtia float half double bfloat16 type apply share_memory to_empty requires_grad_ "
+        "load_state_dict",
+        {"sets_up": True},
+    ),
+    ("cuda xpu ipu mtia", {"accelerator": True}),
+    ("compile", {"compiles": True}),
+    ("forward", {"runs_forward": True}),
+]
+
+_MODULE_METHODS = [
+    *_module_methods(
+        "to cuda cpu xpu ipu mtia float half double bfloat16 type apply share_memory to_empty", returns_self=True
+    ),
+    *_module_methods("train eval requires_grad_", returns_self=True, keeps_place=True),
+    *_module_methods(
+        "compile parameters named_parameters buffers named_buffers state_dict zero_grad forward extra_repr",
+        keeps_place=True,
+    ),
+    *_module_methods("register_forward_hook register_forward_pre_hook", hook="forward"),
+    *_module_methods(
+        "register_full_backward_hook register_full_backward_pre_hook register_backward_hook", hook="backward"
+    ),
+    ModuleMethod("register_buffer", sets="tensor"),
+    ModuleMethod("register_parameter", sets="param"),
+    *_module_methods("add_module register_module", sets="module"),
+    # Reads of its submodules, parameters and buffers, and the load of its weights.
+    *_module_methods(
+        "modules named_modules children named_children get_submodule get_parameter get_buffer load_state_dict"
+    ),
+]
+_MODULE_FACTS: dict[str, dict[str, object]] = {}
+for _names, _facts in _MODULE_CROSSING:
+    for _name in _names.split():
+        _MODULE_FACTS.setdefault(_name, {}).update(_facts)
+_UNKNOWN_METHODS = sorted(_MODULE_FACTS.keys() - {method.name for method in _MODULE_METHODS})
+if _UNKNOWN_METHODS:  # a misspelt name would lose its facts silently
+    raise KeyError(f"facts of module methods not in the table: {_UNKNOWN_METHODS}")
 NN_MODULE_METHODS: dict[str, ModuleMethod] = {
-    MODULE + method.name: method
-    for method in (
-        *_module_methods(
-            "to cuda cpu xpu ipu mtia float half double bfloat16 type apply share_memory to_empty", returns_self=True
-        ),
-        *_module_methods("train eval requires_grad_", returns_self=True, keeps_place=True),
-        *_module_methods(
-            "compile parameters named_parameters buffers named_buffers state_dict zero_grad forward extra_repr",
-            keeps_place=True,
-        ),
-        *_module_methods("register_forward_hook register_forward_pre_hook", hook="forward"),
-        *_module_methods(
-            "register_full_backward_hook register_full_backward_pre_hook register_backward_hook", hook="backward"
-        ),
-        ModuleMethod("register_buffer", sets="tensor"),
-        ModuleMethod("register_parameter", sets="param"),
-        *_module_methods("add_module register_module", sets="module"),
-    )
+    MODULE + method.name: replace(method, **_MODULE_FACTS.get(method.name, {})) for method in _MODULE_METHODS
 }
 
 

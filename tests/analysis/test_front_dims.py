@@ -79,9 +79,13 @@ def _layer_cases():
         "Dropout": (lambda: nn.Dropout(0.5), features),  # eval mode: what training draws differs anyway
         "Identity": (nn.Identity, features),
         **{name: (getattr(nn, name), features) for name in "GELU ReLU SiLU Tanh Sigmoid Softplus ELU".split()},
-        **{name: (getattr(nn, name), features) for name in "LeakyReLU Mish Hardswish ReLU6".split()},
+        **{name: (getattr(nn, name), features) for name in "LeakyReLU Mish Hardswish ReLU6 SELU CELU Hardtanh".split()},
         "Sequential": (lambda: nn.Sequential(nn.Linear(4, 4), nn.GELU(), nn.LayerNorm(4)), features),
         "ModuleList": (lambda: nn.Sequential(*nn.ModuleList([nn.Linear(4, 4), nn.Tanh()])), features),
+        "ModuleDict": (
+            lambda: nn.Sequential(*nn.ModuleDict({"a": nn.Linear(4, 4), "b": nn.Tanh()}).values()),
+            features,
+        ),
     }
 
 

@@ -321,3 +321,15 @@ def test_the_device_every_copy_names_is_one_name_a_value_can_be_given_in():
     # not before it is bound, and not when one copy's device is unknown
     assert ctx.training.placement.shared_device_name(devices, list(ctx.module.body)[0]) is None
     assert ctx.training.placement.shared_device_name([*devices, None], last) is None
+
+
+def test_a_parameter_made_of_a_view_or_reduction_of_a_cuda_tensor_is_on_cuda():
+    ctx = context(
+        """
+        weight = nn.Parameter(torch.randn(4, 8, device="cuda").transpose(0, 1).abs())
+        opt = torch.optim.AdamW([weight])
+        """
+    )
+    found = optimizer_parameters(ctx)
+    [place] = found.placed
+    assert place is not None and ctx.training.device_types(place.device) == {"cuda"}

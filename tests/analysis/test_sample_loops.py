@@ -215,6 +215,7 @@ def test_optimizer_steps_per_sample_are_seen_through_helpers():
     [
         ("nn.Linear(6, 3)", False, None),
         ("nn.Sequential(nn.Linear(6, 3), nn.LayerNorm(3))", True, None),
+        ("nn.Sequential(*nn.ModuleDict({'a': nn.Linear(6, 3)}).values())", True, None),  # a table only holds them
         ("nn.Sequential(nn.Linear(6, 3), nn.BatchNorm1d(3))", False, "has BatchNorm"),
         ("nn.GRU(6, 3)", True, "`nn.GRU` is not a layer known to act on the last dimensions"),
     ],

@@ -9,10 +9,13 @@ import importlib
 import importlib.util
 import inspect
 import re
+import subprocess
+import sys
 
 import pytest
 import torch
 
+from codemod.analysis.torch_facts import DDP_ANSWERS, DEVICE_AND_DTYPE_KEEPING_METHODS
 from codemod.analysis.torch_ops import (
     ATTRIBUTES,
     DTYPE_OF,
@@ -88,6 +91,7 @@ EXTRA = {
     "gather": (1, torch.zeros(2, 3, dtype=torch.long)),
     "index_select": (1, torch.tensor([0, 2])),
     "copy": (torch.zeros(2, 3),),
+    "dropout": (0.5, True),  # p, training mode
 }
 
 
@@ -129,7 +133,9 @@ def test_every_name_exists_in_torch(name):
         pytest.skip("safetensors is not installed")
     if name.startswith(OUT_OF_TREE):
         pytest.skip("a device of an out-of-tree package")
-    assert callable(_resolve(name))
+    target = _resolve(name)
+    # A setting is a function or a flag of torch.backends (`allow_tf32`: a bool; `fp32_precision`: a str).
+    assert callable(target) or (OPS[name].category is Category.SETTING and isinstance(target, (bool, str)))
 
 
 @pytest.mark.parametrize("name", sorted(OPS))
@@ -156,11 +162,23 @@ def test_the_entries_of_torchs_other_objects_are_what_their_category_says():
         assert issubclass(_resolve(name), torch.amp.autocast), name
     for name in functions(Category.GRAD_SCALER):
         assert issubclass(_resolve(name), torch.amp.GradScaler), name
-    for name in functions(Category.PROCESS, python="int"):
-        assert inspect.signature(_resolve(name)).return_annotation is int, name
+    for name in functions(Category.PROCESS):
+        if OPS[name].python is not None:
+            assert inspect.signature(_resolve(name)).return_annotation.__name__ == OPS[name].python, name
     assert isinstance(torch.cuda.device_count(), int) and isinstance(torch.accelerator.device_count(), int)
     # None of them is an operation: the views over every category leave them out.
-    others = functions(Category.CONTAINER, Category.WRAPPER, Category.AUTOCAST, Category.GRAD_SCALER, Category.PROCESS)
+    others = functions(
+        Category.CONTAINER,
+        Category.WRAPPER,
+        Category.AUTOCAST,
+        Category.GRAD_SCALER,
+        Category.PROCESS,
+        Category.GRAD_MODE,
+        Category.SETTING,
+        Category.TYPES,
+        Category.LOAD,
+        Category.BATCH_NORM,
+    )
     assert others and not others & functions()
 
 
@@ -276,9 +294,10 @@ def test_random_functions_draw_from_the_global_generator(name):
         "torch.multinomial": (torch.ones(4, 8), 4),
         "torch.poisson": (torch.full((4,), 3.0),),
         "torch.bernoulli": (torch.full((8,), 0.5),),
+        "torch.dropout": (torch.rand(4, 8), 0.5, True),  # (input, p, train)
     }.get(name, (torch.rand(4, 8) if "like" in name or name.startswith(FUNCTIONAL) else (4, 8),))
     args = args if isinstance(args, tuple) else (args,)
-    kwargs = {"training": True} if "dropout" in name else {}
+    kwargs = {"training": True} if "dropout" in name and name.startswith(FUNCTIONAL) else {}
     function = _resolve(name)
     torch.manual_seed(0)
     first = function(*args, **kwargs)
@@ -666,11 +685,9 @@ def test_last_dims_entries_keep_the_leading_dims_as_a_batch(name):
     sorted(functions(Category.ELEMENTWISE_LAYER, Category.NORM_LAYER, Category.DROPOUT_LAYER)),
 )
 def test_layers_keep_the_shape_and_elementwise_ones_each_element(name):
-    short = name.rsplit(".", 1)[1]
-    arguments = {"GroupNorm": (1, 4), "LayerNorm": (5,), "RMSNorm": (5,), "Softmax": (-1,)}
-    module = _resolve(name)(*arguments.get(short, ()))
+    module = _layer(name)
     assert OPS[name].module
-    x = torch.rand({"Dropout1d": (2, 4, 5), "Dropout3d": (2, 4, 3, 5, 5)}.get(short, (2, 4, 3, 5)))
+    x = _input_for(name, 2)
     with torch.no_grad():
         assert module(x).shape == x.shape
         if OPS[name].category is Category.ELEMENTWISE_LAYER:
@@ -857,3 +874,335 @@ def test_filling_methods_write_one_value_to_every_element(name):
     arguments = EXTRA.get(name, ())
     getattr(tensor, name)(*arguments)
     assert torch.equal(tensor, torch.full((2, 3), float(arguments[0]) if arguments else 0.0))
+
+
+# Small constructor arguments of the `nn` layers that need some, by class name.
+LAYER_ARGUMENTS = {
+    **dict.fromkeys(("GroupNorm",), (1, 4)),
+    **dict.fromkeys(("LayerNorm", "RMSNorm"), (5,)),
+    **dict.fromkeys(("Softmax", "LogSoftmax"), (-1,)),
+    **dict.fromkeys(("BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "SyncBatchNorm"), (4,)),
+    **{f"{kind}Pool{n}d": (2,) for kind in ("Max", "Avg") for n in (1, 2, 3)},
+    **{f"Adaptive{kind}Pool{n}d": (1,) for kind in ("Max", "Avg") for n in (1, 2, 3)},
+    "Unflatten": (1, (2, 2)),
+    "PixelShuffle": (2,),
+    **dict.fromkeys(("ZeroPad2d", "ReflectionPad2d", "ReplicationPad2d"), (1,)),
+    "ConstantPad2d": (1, 0.0),
+}
+LAYERS = sorted(
+    name
+    for name in functions(
+        Category.ELEMENTWISE_LAYER,
+        Category.NORM_LAYER,
+        Category.DROPOUT_LAYER,
+        Category.POOLING_LAYER,
+        Category.RESHAPING_LAYER,
+        module=True,
+    )
+)
+
+
+def _input_for(name: str, batch: int) -> torch.Tensor:
+    """(batch, 4, ..., 5): the spatial dims a `...1d`, `2d` or `3d` layer or function takes (2 otherwise)."""
+    short = name.rsplit(".", 1)[1]
+    spatial = int(short[-2]) if short.endswith("d") and short[-2].isdigit() else 2
+    return torch.rand(batch, 4, *(3,) * (spatial - 1), 5)
+
+
+def _layer(name: str) -> torch.nn.Module:
+    short = name.rsplit(".", 1)[1]
+    return _resolve(name)(*LAYER_ARGUMENTS.get(short, ()), **({"scale_factor": 2} if short == "Upsample" else {}))
+
+
+@pytest.mark.parametrize("name", LAYERS)
+def test_a_layer_is_stateless_exactly_when_it_has_no_parameters_or_buffers(name):
+    layer = _layer(name)
+    assert OPS[name].stateless == (not list(layer.parameters()) and not list(layer.buffers()))
+
+
+@pytest.mark.parametrize("name", sorted(functions(Category.NORM_LAYER) | functions(Category.BATCH_NORM)))
+def test_a_layer_mixes_the_batch_exactly_when_a_samples_row_depends_on_the_others(name):
+    """In training mode, a sample's output in a batch of 2 and in a batch of 8 is the same
+    unless the layer mixes the samples (batch norm's statistics)."""
+    torch.manual_seed(0)
+    x = _input_for(name, 8)
+    if OPS[name].module:
+        layer = _layer(name).train()
+    else:  # `F.batch_norm` with no running statistics: the batch's
+        layer = lambda batch: _resolve(name)(batch, None, None, training=True)  # noqa: E731
+    with torch.no_grad():
+        alike = torch.allclose(layer(x)[0], layer(x[:2])[0])
+    assert OPS[name].mixes_batch == (not alike)
+
+
+def _parameter_names(name: str) -> list[str]:
+    target = _resolve(name)
+    try:
+        return list(inspect.signature(target).parameters)
+    except ValueError:  # a builtin of torch (`torch.dropout`): its ATen schema names its arguments
+        return [argument.name for argument in getattr(torch.ops.aten, OPS[name].short).default._schema.arguments]
+
+
+@pytest.mark.parametrize("name", sorted(n for n, op in OPS.items() if op.drop_probability is not None))
+def test_each_dropout_takes_its_probability_where_the_table_says(name):
+    """The keyword is the argument at the position; given there, p=1 changes every element
+    and p=0 none (in training mode: a function's argument after `p`, a module's `.train()`)."""
+    position, keyword = OPS[name].drop_probability
+    assert _parameter_names(name)[position] == keyword
+    x = _input_for(name, 4)
+    if OPS[name].module:
+        build = _resolve(name)
+        run = lambda p: build(*[0.5] * position, p).train()(x)  # noqa: E731
+    else:
+        run = lambda p: _resolve(name)(*[x, 0.5][:position], p, True)  # noqa: E731
+    assert torch.equal(run(0.0), x)
+    assert not torch.isclose(run(1.0), x).any()
+
+
+@pytest.mark.parametrize("name", sorted(functions(Category.GRAD_MODE)))
+def test_grad_modes_record_a_graph_as_the_table_says(name):
+    records = OPS[name].records_graph
+    for outside in (torch.no_grad, torch.enable_grad):
+        for told in (True, False) if records is None else (None,):
+            with outside(), _resolve(name)(*(() if told is None else (told,))):
+                assert torch.is_grad_enabled() == (told if records is None else records)
+
+
+def test_cuda_probes_tell_whether_the_process_has_a_cuda_device():
+    probes = functions(Category.PROCESS, device_probe="cuda")
+    assert probes
+    for name in probes:
+        assert bool(_resolve(name)()) == (torch.cuda.device_count() > 0), name
+
+
+def test_cache_releases_are_the_cuda_allocators_and_free_what_it_holds_unused():
+    releases = functions(Category.PROCESS, frees_cache=True)
+    assert {_resolve(name) for name in releases} == {torch.cuda.memory.empty_cache}
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    block = torch.empty(64 << 20, dtype=torch.uint8, device="cuda")
+    del block
+    assert torch.cuda.memory_reserved() > 0
+    for name in releases:
+        _resolve(name)()
+        assert torch.cuda.memory_reserved() == 0
+
+
+# How float32 products run: cuBLAS's matmuls, cuDNN's convolutions and RNNs (torch's own readings).
+_FLOAT32_PRECISION = "(b.cuda.matmul.fp32_precision, b.cudnn.conv.fp32_precision, b.cudnn.rnn.fp32_precision)"
+
+
+@pytest.mark.parametrize("name", sorted(functions(Category.SETTING, float32_precision=True)))
+def test_float32_precision_settings_change_how_float32_products_run(name):
+    """Each, set to another value, changes what torch says float32 products run in (in a
+    process of its own: torch refuses to read a mix of its two ways of setting it)."""
+    value = _resolve(name)
+    if callable(value):  # `set_float32_matmul_precision`, "highest" by default
+        statement = f"{name}('high')"
+    elif isinstance(value, bool):
+        statement = f"{name} = not {name}"
+    else:
+        statement = f"{name} = 'ieee' if {name} != 'ieee' else 'tf32'"
+    script = f"import torch; b = torch.backends; before = {_FLOAT32_PRECISION}; {statement}; print(before != {_FLOAT32_PRECISION})"
+    changed = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout
+    assert changed.strip() == "True"
+
+
+def test_measures_are_sizes_never_negative():
+    measures = methods(measures=True)
+    assert measures
+    for tensor in (torch.rand(2, 3), torch.zeros(0, dtype=torch.int8)):
+        for name in measures:
+            value = getattr(tensor, name)(*((0,) if name == "size" and tensor.dim() else ()))
+            assert isinstance(value, int) and value >= 0, name
+    # A metadata method may be a negative int: the device index of a host tensor.
+    assert torch.rand(2).get_device() == -1 and "get_device" not in measures
+
+
+@pytest.mark.parametrize("name", sorted(functions(totals=True)))
+def test_totals_add_up_or_average_every_element(name):
+    x = torch.rand(3, 4, dtype=torch.float64)
+    total = _resolve(name)(x)
+    assert total.shape == ()
+    assert total.item() in (pytest.approx(sum(x.flatten().tolist())), pytest.approx(sum(x.flatten().tolist()) / 12))
+
+
+@pytest.mark.parametrize("name", sorted(functions(permutes=True)))
+def test_permutations_are_orders_of_range_n(name):
+    assert torch.equal(_resolve(name)(7).sort().values, torch.arange(7))
+
+
+def test_the_compilers_compile_with_dynamo():
+    from torch._dynamo.eval_frame import OptimizedModule
+
+    assert functions(Category.WRAPPER, compiles=True) and module_methods(compiles=True)
+    for name in functions(Category.WRAPPER, compiles=True):
+        assert isinstance(_resolve(name)(torch.nn.Linear(2, 2)), OptimizedModule), name
+    for name in module_methods(compiles=True):
+        module = torch.nn.Linear(2, 2)
+        getattr(module, name)()
+        assert module._compiled_call_impl is not None, name
+
+
+@pytest.mark.parametrize("name", sorted(module_methods(sets_up=True)))
+def test_set_up_methods_change_the_module_in_place(name):
+    """The module keeps its parameter objects (moved, cast or loaded in place)."""
+    if name in ("cuda", "xpu", "ipu", "mtia"):
+        pytest.skip("needs its device")
+    module = torch.nn.Linear(2, 2)
+    before = list(module.parameters())
+    arguments = {
+        "to": (torch.float64,),
+        "type": (torch.float64,),
+        "apply": (lambda m: None,),
+        "load_state_dict": (torch.nn.Linear(2, 2).state_dict(),),
+    }
+    getattr(module, name)(*arguments.get(name, ()), **({"device": "cpu"} if name == "to_empty" else {}))
+    assert all(p is q for p, q in zip(module.parameters(), before, strict=True))
+
+
+def test_accelerator_moves_go_to_an_accelerator_without_an_argument():
+    assert all(callable(getattr(torch.Tensor, name)) for name in methods(accelerator=True))
+    assert all(callable(getattr(torch.nn.Module, name)) for name in module_methods(accelerator=True))
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    assert torch.zeros(2).cuda().device.type == "cuda"
+    assert next(torch.nn.Linear(2, 2).cuda().parameters()).device.type == "cuda"
+
+
+# nn.Module's reads of its parts without arguments, and the arguments of its other methods.
+MODULE_READS = (
+    "parameters buffers modules children named_parameters named_buffers named_modules named_children state_dict"
+).split()
+MODULE_METHOD_ARGUMENTS = {
+    "to": (torch.float64,),
+    "type": (torch.float64,),
+    "apply": (lambda m: torch.nn.init.zeros_(m.weight) if isinstance(m, torch.nn.Linear) else None,),
+    "requires_grad_": (False,),
+    "forward": (torch.rand(3, 2),),
+}
+
+
+def _same(part, other) -> bool:
+    """The same object, the same name (a state_dict's key), or the same name and object."""
+    if isinstance(part, tuple):
+        return part[0] == other[0] and part[1] is other[1]
+    return part is other or (isinstance(part, str) and part == other)
+
+
+def _model_state(model: torch.nn.Module) -> list:
+    parameters = [(p.dtype, p.requires_grad, p.grad is None, p.detach().double().tolist()) for p in model.parameters()]
+    return [model.training, *parameters]
+
+
+def test_distributed_data_parallel_answers_like_the_module_it_wraps(tmp_path):
+    """On a real DDP (one process, gloo): a read of the module's parts answers the module's
+    parts exactly when the table says DDP answers it (`named_parameters` are prefixed with
+    `module.`, `children()` is the module), and every other method it answers does to the
+    module what it does called on the module."""
+    import copy
+
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path}/group", rank=0, world_size=1)
+    try:
+        answered = module_methods(wrapper_answers=True)
+        assert answered - {"cuda"}
+        for name in sorted(answered | set(MODULE_READS)):
+            if name == "cuda" and not torch.cuda.is_available():
+                continue
+            torch.manual_seed(0)
+            model = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.BatchNorm1d(2))
+            alone = copy.deepcopy(model)
+            for p in (*model.parameters(), *alone.parameters()):
+                p.grad = torch.ones_like(p)
+            wrapper = torch.nn.parallel.DistributedDataParallel(model)
+            arguments = MODULE_METHOD_ARGUMENTS.get(name, ())
+            through, direct = getattr(wrapper, name)(*arguments), getattr(alone, name)(*arguments)
+            if name in MODULE_READS:
+                through, direct = list(through), list(getattr(model, name)())
+                assert all(any(_same(t, d) for t in through) for d in direct) == (name in answered), name
+                continue
+            if name == "forward":
+                torch.testing.assert_close(through, direct)
+            assert _model_state(model) == _model_state(alone), name
+        # The analyses' DDP_ANSWERS add the mode every module has and DDP's own `no_sync`.
+        assert all(hasattr(wrapper, name) for name in DDP_ANSWERS)
+        assert wrapper.eval().training is model.training is False
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("name", sorted(DEVICE_AND_DTYPE_KEEPING_METHODS))
+def test_device_and_dtype_keeping_methods_give_a_floating_tensor_where_their_receiver_is(name):
+    """Their result, or their receiver for an in-place one, a tensor of a floating dtype where
+    the receiver is (on the GPU where there is one)."""
+    tensor = torch.rand(2, 3, device="cuda" if torch.cuda.is_available() else "cpu")
+    result = _call(METHOD + name, tensor)
+    assert isinstance(result, torch.Tensor) and result.device == tensor.device and result.dtype.is_floating_point
+
+
+@pytest.mark.parametrize("name", sorted(n for n, op in OPS.items() if op.holds is not None))
+def test_module_tables_hold_their_modules_as_a_list_or_a_dict(name):
+    linear = torch.nn.Linear(2, 2)
+    holds = OPS[name].holds
+    table = _resolve(name)([linear] if holds == "list" else {"linear": linear})
+    assert list(table.values() if holds == "dict" else table) == [linear]
+
+
+# Arguments of torch's functions that answer no tensor, or a host tensor: settings set to
+# what they are, types and a tensor's metadata and values.
+_X = torch.tensor([1.0])
+NOT_TENSOR_ARGUMENTS = {
+    "manual_seed": (0,),
+    "set_rng_state": (torch.get_rng_state(),),
+    "set_num_threads": (torch.get_num_threads(),),
+    "set_default_dtype": (torch.get_default_dtype(),),
+    "set_default_device": (None,),
+    "use_deterministic_algorithms": (torch.are_deterministic_algorithms_enabled(),),
+    "set_float32_matmul_precision": (torch.get_float32_matmul_precision(),),
+    "device": ("cpu",),
+    "finfo": (torch.float32,),
+    "iinfo": (torch.int64,),
+    "result_type": (_X, 1),
+    "promote_types": (torch.float32, torch.float64),
+    "can_cast": (torch.float32, torch.int64),
+    "broadcast_shapes": ((2, 1), (1, 3)),
+    **dict.fromkeys(("is_tensor", "typename", "numel", "is_floating_point", "is_complex", "is_nonzero"), (_X,)),
+}
+
+
+@pytest.mark.parametrize(
+    "name",
+    sorted(
+        name
+        for name in functions(Category.SETTING, Category.TYPES) | functions(Category.METADATA, Category.TO_HOST)
+        if callable(_resolve(name)) and name != "torch.set_num_interop_threads"  # once a process, before any work
+    ),
+)
+def test_settings_types_and_reads_answer_no_tensor_or_a_host_tensor(name):
+    state = torch.get_rng_state()
+    try:
+        result = _resolve(name)(*NOT_TENSOR_ARGUMENTS.get(OPS[name].short, ()))
+    finally:
+        torch.set_rng_state(state)  # `torch.seed()` reseeds the generator
+    if OPS[name].placement is Placement.HOST:
+        assert isinstance(result, torch.Tensor) and result.device.type == "cpu"
+    else:
+        assert OPS[name].placement is Placement.NO_TENSOR and not isinstance(result, torch.Tensor), name
+
+
+# The pairwise functions, and one that computes its distances without a matrix product.
+PAIRWISE = sorted(functions(Category.PAIRWISE) | {f"{FUNCTIONAL}.pdist"})
+
+
+@pytest.mark.parametrize("name", PAIRWISE)
+def test_pairwise_functions_multiply_matrices(name):
+    """What torch's profiler sees them run (40 rows: `cdist` multiplies past 25)."""
+    from torch.profiler import profile
+
+    x = torch.rand(40, 8)
+    with profile() as run:
+        _resolve(name)(*((x, x) if OPS.get(name, None) and OPS[name].short == "cdist" else (x,)))
+    products = {"aten::mm", "aten::bmm", "aten::addmm", "aten::matmul"}
+    assert bool(products & {event.name for event in run.events()}) == (name in functions(Category.PAIRWISE))

@@ -737,3 +737,19 @@ def test_a_method_of_the_model_that_returns_its_loader_is_not_a_forward_call():
     assert calls["module.training_step"] is True
     (loop,) = training.loops
     assert loop.forward is not None, loop.forward_why
+
+
+def test_nn_modules_own_methods_are_no_forward_calls():
+    """`model.compile()`, `model.type(...)`, `model.to_empty(...)`: nn.Module's methods run no forward."""
+    training = analyse(
+        """
+        model = nn.Linear(4, 2)
+        model.compile()
+        model.type(torch.float64)
+        model.to_empty(device="cpu")
+        out = model.forward(torch.randn(3, 4))
+        """
+    )
+    calls = {training.code(c.func): training.is_model_call(c) for c in training.index.find(cst.Call)}
+    assert calls["model.forward"] is True
+    assert not any(calls[f"model.{name}"] for name in ("compile", "type", "to_empty"))

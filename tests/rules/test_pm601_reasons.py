@@ -425,3 +425,27 @@ if __name__ == "__main__":
 """
     why = reason(source)
     assert "the model is `Net()`; PM601 wraps models held in a variable or `self.` attribute" in why
+
+
+def test_the_models_children_are_read_through_unwrap_since_ddp_s_child_is_the_model():
+    save = '        torch.save(model.state_dict(), "last.pt")\n'
+    source = SCRIPT.replace(save, save + "        print(len(list(model.children())))\n")
+    assert "distributed.unwrap(model).children()" in rewritten(source)
+
+
+@pytest.mark.parametrize("set_up", ["model.share_memory()", "model.cpu()", "model.type(torch.float32)"])
+def test_the_model_is_wrapped_after_each_of_nn_modules_set_ups_in_place(set_up):
+    built = "    model = torch.nn.Linear(8, 1).to(device)\n"
+    source = SCRIPT.replace(built, f"{built}    {set_up}\n")
+    assert _model_lines(rewritten(source)) == [
+        "model = torch.nn.Linear(8, 1).to(device)",
+        set_up,
+        "if world.distributed:",
+        "model = DistributedDataParallel(model)",
+    ]
+
+
+def test_a_call_of_an_nn_module_method_in_the_loop_is_no_forward_through_another_method():
+    step = "            opt.step()\n"
+    source = SCRIPT.replace(step, step + "            summary = model.extra_repr()\n")
+    assert "DistributedDataParallel(model)" in rewritten(source)

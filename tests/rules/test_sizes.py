@@ -212,6 +212,16 @@ def test_a_linear_model_handed_through_a_trainer_and_a_snapshot_dict():
     assert sizes_of(ctx).step_products(loop.loop) == ((20, 1),)
 
 
+def test_a_pairwise_distance_multiplies_matrices_of_a_width_unknown_unless_it_is_pdist():
+    """`torch.cdist` multiplies the rows it is given (a product perfmod does not size);
+    `F.pdist` computes its distances in a kernel of its own."""
+    loss = "loss = F.cross_entropy(self.model(source), targets)"
+    for distance, products in (("torch.cdist(source, source)", None), ("F.pdist(source)", ((20, 1),))):
+        ctx = context(tutorial(20, 1).replace(loss, f"{loss} + {distance}.mean()"))
+        (loop,) = ctx.training.loops
+        assert sizes_of(ctx).step_products(loop.loop) == products, distance
+
+
 def test_batch_norm_buffers_and_a_repeated_block_count():
     ctx = context(
         "import torch.nn as nn\n"
