@@ -649,6 +649,32 @@ class Project:
                 found.extend((module, call) for call, _, started in _calls_of(module, own, name) if not started)
         return found
 
+    def package_arguments(
+        self, function: cst.FunctionDef, param: cst.Param
+    ) -> list[tuple[FileContext, cst.BaseExpression]] | None:
+        """What the other modules of this file's package pass to `param` of `function` (a
+        top-level function of this file): (the caller's context, the argument there) for each
+        call, none when no module calls it; None when a call hides the argument (`*args`, a
+        default taken), or when a module starts processes with it (their arguments are not
+        followed) or names it otherwise."""
+        if self.context.index.first_enclosing(function, (cst.ClassDef, cst.FunctionDef)) is not None:
+            return None
+        own, name = os.path.abspath(self.context.path), function.name.value
+        found = []
+        for module in self.package_importers():
+            if not module.mentions(name.encode()) or module.context is None:
+                continue
+            self._used[module.path] = module
+            calls = _calls_of(module, own, name)
+            if _named_uncalled(module, own, name, [call for call, _, _ in calls]):
+                return None  # handed on as a value: called where perfmod cannot see
+            for call, offset, started in calls:
+                value = argument_for(call, function, param, offset)
+                if started or value is None:
+                    return None
+                found.append((module.context, value))
+        return found
+
     def package_importers(self) -> list[_Module]:
         """The modules of this file's package (the outermost folder with an
         `__init__.py` around it; the file's folder when it is in none) whose text imports
@@ -849,6 +875,23 @@ def _calls_of(module: _Module, path: str, name: str) -> list[tuple[cst.Call, int
         arguments = [cst.Arg(e.value, star="*" if isinstance(e, cst.StarredElement) else "") for e in elements]
         found.append((cst.Call(target, arguments), 1 if keyword == "fn" else 0, True))
     return found
+
+
+def _named_uncalled(module: _Module, path: str, name: str, calls: list[cst.Call]) -> bool:
+    """Does `module` name the function `name` of the file `path` other than as what one of
+    `calls` calls (`register(train)`, `steps = {"train": train}`)?"""
+    context, project = module.context, module.project
+    called = {id(call.func) for call in calls}
+    for node in context.index.find((cst.Name, cst.Attribute)):
+        last = node.attr if isinstance(node, cst.Attribute) else node
+        if last.value != name or id(node) in called or isinstance(context.parents.get(node), cst.Attribute):
+            continue
+        if isinstance(context.parents.get(node), (cst.ImportAlias, cst.FunctionDef)):
+            continue
+        function = project.function(node)
+        if function is not None and function.module.path == path and function.node.name.value == name:
+            return True
+    return False
 
 
 def _batches_copied(function: Function, param: cst.Param) -> BatchUse | None:

@@ -90,6 +90,7 @@ Built once per file (FileContext.shared).
 from __future__ import annotations
 
 import enum
+import functools
 import re
 from bisect import bisect_left
 from collections.abc import Collection, Iterator
@@ -265,6 +266,9 @@ FUNCTIONS = (cst.FunctionDef, cst.Lambda)
 STATIC = ("staticmethod", "classmethod")
 MAX_NAMESPACE_DEPTH = 4  # names an options namespace or a config object is followed through
 MAX_RETURN_DEPTH = 4  # how many calls deep what functions of this file return is followed
+# (path, function, parameter) whose callers in other modules are being read: a module that
+# passes the loader back to the one asking is not followed around again.
+_PACKAGE_PARAMS_ASKED: set[tuple[str, str, str]] = set()
 
 
 @dataclass(frozen=True)
@@ -1395,8 +1399,18 @@ class Kinds:
             result = BOTTOM
             for value in passed:
                 result = result.join(self._fact(value))
+            if result.kind is Kind.LOADER:  # a loader's batches are pinned when every caller's are
+                elsewhere = self._loader_passed_by_package(function, param)
+                if elsewhere is None:
+                    return result
+                other = elsewhere.memory if elsewhere.kind is Kind.LOADER else Memory.UNKNOWN
+                return result.with_memory(result.memory.join(other))
             if result.kind is not Kind.UNKNOWN:
                 return result
+        elif self._unnamed_here(function):  # a loader (or an iterator over one) other modules pass
+            elsewhere = self._loader_passed_by_package(function, param)
+            if elsewhere is not None and elsewhere.kind is Kind.LOADER:
+                return elsewhere
         if param.annotation is not None:
             annotated = self.annotation_fact(param.annotation.annotation)
             if annotated.kind is not Kind.UNKNOWN:
@@ -1404,6 +1418,36 @@ class Kinds:
         if DEVICE_NAME.match(param.name.value):
             return Fact(Kind.DEVICE)
         return UNKNOWN
+
+    def _unnamed_here(self, function: cst.CSTNode | None) -> bool:
+        """Is `function` a plain top-level function of this file that the file never names
+        (so that only other modules can call it)?"""
+        if not isinstance(function, cst.FunctionDef) or function.decorators or self.class_of(function) is not None:
+            return False
+        scope = self.scopes.get(function)
+        found = list(scope.assignments[function.name.value]) if scope is not None else []
+        return len(found) == 1 and found[0].node is function and not found[0].references
+
+    def _loader_passed_by_package(self, function: cst.FunctionDef, param: cst.Param) -> Fact | None:
+        """What the other modules of the package pass to `param` of `function`, joined (a
+        loader handed in as a parameter pins its batches when every caller passes one built
+        pinned); None when none of them calls it (or it is no top-level function), UNKNOWN
+        when a call cannot be followed."""
+        if self.parents.get(function) is not self._context.module:
+            return None  # a method or a nested function: other modules' calls of it are not looked for
+        key = (self._context.path, function.name.value, param.name.value)
+        if key in _PACKAGE_PARAMS_ASKED:  # modules that pass the loader back and forth
+            return UNKNOWN
+        project = self._project()
+        _PACKAGE_PARAMS_ASKED.add(key)
+        try:
+            found = project.package_arguments(function, param) if project.folder is not None else []
+            passed = [context.kinds.fact(argument) for context, argument in found or ()]
+        finally:
+            _PACKAGE_PARAMS_ASKED.discard(key)
+        if found is None:
+            return UNKNOWN
+        return functools.reduce(Fact.join, passed, BOTTOM) if passed else None
 
     # -- the file's own functions, methods and attributes ------------------------------
 

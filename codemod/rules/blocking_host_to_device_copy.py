@@ -88,9 +88,13 @@ class NonBlockingCopy(Rule):
     and through `iter`, `enumerate`, `zip` and `next`. A cast or other
     computation on a pinned tensor (`x.float().to(device)`) makes a new
     tensor in pageable memory: its copy is left alone (`x.to(device).float()`
-    copies the pinned tensor). A loader passed in as a parameter whose callers
-    cannot be seen, or one built with a `collate_fn` and no `pin_memory`,
-    holds batches of unknown memory and is left alone too.
+    copies the pinned tensor). A loader passed in as a parameter holds pinned
+    batches when every call of its function, in the file or in the other
+    modules of its package, passes a loader built pinned (got from wherever
+    the caller got it: a function of a third module that builds it). One
+    whose callers cannot all be seen (the function handed on as a value, a
+    caller's loader of unknown origin), or one built with a `collate_fn` and
+    no `pin_memory`, holds batches of unknown memory and is left alone too.
     It leaves alone modules (`model.to(device)`), dtype-only conversions
     (`x.to(torch.float16)`), device-to-host copies (`.cpu()`, `.to("cpu")`),
     whose result the host could read before the copy lands, calls that already

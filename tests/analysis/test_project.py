@@ -776,12 +776,13 @@ def test_loader_settings_passed_in_by_the_module_that_starts_the_training(tmp_pa
     `main.py` (a module that imports `train.py`, not one it imports) fills with
     `pin_memory` and `num_workers` under CUDA and hands to each `mp.Process`. Neither
     is missing, so neither is reported; a `main.py` that sets neither gets both reports,
-    and the cache entry records `main.py` as read."""
+    and the cache entry records `main.py` as read, and the folder whose files were read
+    for what the callers of `train` pass (a new module there could call it too)."""
     root = _project(tmp_path, {"train.py": HOGWILD_TRAIN, "main.py": HOGWILD_MAIN})
     result = _check(root / "train.py", "PM102", "PM201")
     assert result.error is None, result.error
     assert [f.code for f in result.findings] == []
-    assert {Path(d.path).name for d in result.dependencies} == {"main.py"}
+    assert {Path(d.path).name for d in result.dependencies} == {"main.py", root.name}
 
     (root / "main.py").write_text(HOGWILD_MAIN.replace('"num_workers": 1, "pin_memory": True', '"drop_last": True'))
     result = _check(root / "train.py", "PM102", "PM201")
@@ -863,3 +864,33 @@ def test_a_class_star_imported_through_a_packages_init_is_found(tmp_path):
     assert project_of(context).function(calls["missing"].func) is None
     assert context.kinds.fact(calls["ConvNet"]).kind is Kind.MODULE  # read in its module: an nn.Module
     assert context.kinds.fact(calls["head"]).kind is not Kind.MODULE
+
+
+@pytest.mark.parametrize(
+    ("caller", "expected"),
+    [
+        ("from pkg.run import fit\nfit(1, loader=make())\n", ["make()"]),
+        ("from pkg import run\nrun.fit(2, make())\nrun.fit(3, other)\n", ["make()", "other"]),
+        ("import pkg.run\n", []),  # imported, never called
+        ("from pkg.run import fit\nfit(1)\n", None),  # the default taken: not a caller's loader
+        ("from pkg.run import fit\nfit(*args)\n", None),
+        ("from pkg import run\nsteps = {'fit': run.fit}\n", None),  # handed on as a value
+        (
+            "import multiprocessing as mp\nfrom pkg.run import fit\nmp.Process(target=fit, args=(1, make())).start()\n",
+            None,
+        ),
+    ],
+    ids=["keyword", "two-calls", "uncalled", "default", "star-args", "as-a-value", "process"],
+)
+def test_what_the_other_modules_of_the_package_pass_to_a_parameter(tmp_path, caller, expected):
+    root = _project(
+        tmp_path,
+        {"pkg/run.py": "def fit(steps, loader=None):\n    return loader\n", "pkg/sub/main.py": caller},
+    )
+    (root / "pkg" / "sub" / "__init__.py").write_text("")
+    source = (root / "pkg" / "run.py").read_text()
+    context = FileContext(cst.parse_module(source), str(root / "pkg" / "run.py"), Settings(), source)
+    function = context.module.body[0]
+    found = project_of(context).package_arguments(function, function.params.params[1])
+    shown = None if found is None else [there.source(argument) for there, argument in found]
+    assert shown == expected
