@@ -27,8 +27,9 @@ Summaries, each computed once per function and only when a rule asks:
   what the argument holds on the host, the result holds on the host;
 - `yields_items_of`: a generator that yields the items of its argument
   (`for b in loader: yield b`, `it = iter(loader) ... yield next(it)`);
-- `returned`: what a call gives, from its module's own analysis (for a function
-  its module does not call itself) or from its return annotation;
+- `returned`: what a call gives, from its module's own analysis (where the module calls
+  the function itself, with its parameters holding what any caller may pass, not what
+  those calls pass) or from its return annotation;
 - `loaders_made`: the DataLoader constructions of its module that it returns;
 - `pure`: the function is pure by its own module's rules (`purity`), so that a call of
   it may be made once;
@@ -49,8 +50,10 @@ The other direction, for a function of this file that other modules call:
 - `package_calls`: the calls of one of its functions in the other modules of its package
   (the top-level package folder that holds the file, at any depth: `from pkg.data import
   make_loader` in `pkg/train/run.py`), each with the module it is in, so that what the
-  callers do with the result (a DataLoader it builds) can be asked there. The package's
-  files are read as text first, and parsed only when they name this module.
+  callers do with the result (a DataLoader it builds) can be asked there; and what they
+  pass to one of its parameters (`package_arguments`). The package's files are read as
+  text first, and parsed only when they name this module; each function's callers are
+  looked for once per process, whichever file asks (`_Package`).
 
 `Project.dependencies()` lists the files the answers for one file were read from,
 so that a cached result is not served after one of them changes.
@@ -739,10 +742,10 @@ class Project:
 
     def package_arguments(
         self, function: cst.FunctionDef, param: cst.Param
-    ) -> list[tuple[FileContext, cst.BaseExpression]] | None:
+    ) -> list[tuple[FileContext, cst.Call, cst.BaseExpression]] | None:
         """What the other modules of this file's package pass to `param` of `function` (a
-        top-level function of this file): (the caller's context, the argument there) for each
-        call, none when no module calls it; None when a call hides the argument (`*args`, a
+        top-level function of this file): (the caller's context, the call, the argument
+        there) for each call, none when no module calls it; None when a call hides the argument (`*args`, a
         default taken), or when a module starts processes with it (their arguments are not
         followed) or names it otherwise."""
         callers = self._package_callers(function)
@@ -753,7 +756,7 @@ class Project:
             value = argument_for(call, function, param, offset)
             if started or value is None:
                 return None
-            found.append((module.context, value))
+            found.append((module.context, call, value))
         return found
 
     def _package_callers(self, function: cst.FunctionDef) -> _Callers | None:
@@ -1525,15 +1528,15 @@ def _iterated_param(context: FileContext, expr, function: cst.FunctionDef, param
 
 
 def _returned(function: Function, path: tuple[int, ...]) -> Fact | None:
-    from codemod.analysis.values import UNKNOWN, Kind
+    from codemod.analysis.values import UNKNOWN, Kind, Kinds
 
     context, node = function.context, function.node
     kinds = context.kinds
     returns, yields = kinds.exits(node)
     if yields or not returns or any(r.value is None for r in returns):
         return None
-    if kinds.callers(node) is not None:
-        return None  # its parameters would hold what its own module passes, not what this call does
+    if kinds.callers(node) is not None:  # read apart from its module's calls, which fill its parameters there
+        kinds = _summary(function.module, ("any caller", node.name.value), lambda: Kinds(context, any_caller=node))
     result = None
     for found in returns:
         value = found.value

@@ -37,7 +37,11 @@ DataLoader asked to pin them, `.pin_memory()` results, tensors made with
 `pin_memory=True`, and views of these; pageable are tensors a factory, `torch.from_numpy`
 or a tokenizer makes on the host, the batches of a DataLoader that does not pin,
 and whatever is computed from pageable tensors alone (a new tensor, or one of its
-inputs). Anything else is unknown.
+inputs). Anything else is unknown. The batches of a loader a parameter takes are in
+the memory of the loaders its callers pass (the calls of the file, and for a
+top-level function those of the other modules of its package): pinned when every
+caller's are; when only some are, `PassedMemory` names the calls whose loaders pin
+and those whose loaders do not (or are not seen to).
 
 ## Dtypes and numbers (`Values`)
 
@@ -199,6 +203,41 @@ class Memory(enum.Enum):
         return self if shares or self is Memory.PAGEABLE else Memory.UNKNOWN
 
 
+@dataclass(frozen=True)
+class PassedMemory:
+    """The memory of the batches of a loader a parameter takes, when some of its callers
+    pass a loader that pins them and others one that does not (or is not seen to): the
+    copy of such a batch overlaps for the first, and stays synchronous for the others."""
+
+    pinned: tuple[str, ...]  # `path:line` of each call that passes a loader that pins its batches
+    others: tuple[str, ...]  # ... of each call that passes one that does not, or is not seen to
+
+    def join(self, other: Memory | PassedMemory) -> Memory | PassedMemory:
+        return self if self == other else Memory.UNKNOWN
+
+    def derived(self, shares: bool) -> Memory | PassedMemory:
+        return self if shares else Memory.UNKNOWN
+
+
+def passed_memory(callers: list[tuple[str, Memory | PassedMemory]]) -> Memory | PassedMemory:
+    """The memory of the batches of the loaders `callers` pass (the call's `path:line`, its
+    loader's memory): pinned when every one pins, the join of theirs when none does."""
+    pinned: list[str] = []
+    others: list[str] = []
+    for site, memory in callers:
+        if isinstance(memory, PassedMemory):  # a caller that hands on a loader its own callers pass
+            pinned += memory.pinned
+            others += memory.others
+        else:
+            (pinned if memory is Memory.PINNED else others).append(site)
+    if not others:
+        return Memory.PINNED
+    if not pinned:
+        memories = {memory for _, memory in callers}
+        return memories.pop() if len(memories) == 1 else Memory.UNKNOWN
+    return PassedMemory(tuple(pinned), tuple(others))
+
+
 class Place(enum.Enum):
     HOST = "host"
     CUDA = "cuda"
@@ -214,7 +253,7 @@ class Fact:
     kind: Kind
     place: Place = Place.UNKNOWN
     single: bool = False  # a loader whose batches are single tensors (its dataset's items are tensors)
-    memory: Memory = Memory.UNKNOWN  # of a host tensor or batch; of a loader: of its batches
+    memory: Memory | PassedMemory = Memory.UNKNOWN  # of a host tensor or batch; of a loader: of its batches
 
     def join(self, other: Fact) -> Fact:
         if self.kind is Kind.BOTTOM:
@@ -227,7 +266,7 @@ class Fact:
             self.kind, self.place.join(other.place), self.single and other.single, self.memory.join(other.memory)
         )
 
-    def with_memory(self, memory: Memory) -> Fact:
+    def with_memory(self, memory: Memory | PassedMemory) -> Fact:
         return Fact(self.kind, self.place, self.single, memory)
 
 
@@ -330,7 +369,9 @@ class _AttributeWrites:
 class Kinds:
     """Facts about expressions of one file; computed on demand and cached."""
 
-    def __init__(self, context: FileContext) -> None:
+    def __init__(self, context: FileContext, any_caller: cst.FunctionDef | None = None) -> None:
+        """`any_caller`: a function whose parameters hold what any caller may pass, not what
+        this file's calls of it pass (what it returns to another module's call)."""
         self.names = context.names
         self.scopes = context.scopes
         self.index = context.index
@@ -349,6 +390,7 @@ class Kinds:
         self._class_kinds: dict[int, Fact] = {}
         self._default_device_changed = "set_default_device" in context.code or "set_default_tensor_type" in context.code
         self._callers: dict[int, list[tuple[cst.Call, int]] | None] = {}
+        self._any_caller = any_caller
         self._attributes: dict[str, list[cst.Attribute]] | None = None  # attribute name -> its nodes
         self._class_attributes: dict[int, dict[str, list[cst.BaseExpression] | None]] | None = None
         self._instances = PerBindings()  # the local class bindings hold an instance of
@@ -1394,23 +1436,18 @@ class Kinds:
             fact = self.class_fact(classdef)
             if fact.kind is not Kind.UNKNOWN:
                 return fact
-        passed = self.passed(param) if not _is_init(function) else None
-        if passed:  # what every call of the function in this file passes
-            result = BOTTOM
-            for value in passed:
-                result = result.join(self._fact(value))
-            if result.kind is Kind.LOADER:  # a loader's batches are pinned when every caller's are
-                elsewhere = self._loader_passed_by_package(function, param)
-                if elsewhere is None:
-                    return result
-                other = elsewhere.memory if elsewhere.kind is Kind.LOADER else Memory.UNKNOWN
-                return result.with_memory(result.memory.join(other))
+        passed = self.arguments(param) if not _is_init(function) else None
+        if passed and all(value is not None for _, value in passed):  # what every call in this file passes
+            result = functools.reduce(Fact.join, (self._fact(value) for _, value in passed), BOTTOM)
+            if result.kind is Kind.LOADER:  # and, of a top-level function, the package's calls
+                loader = self._passed_loader(function, param, passed)
+                return loader if loader.kind is Kind.LOADER else result.with_memory(Memory.UNKNOWN)
             if result.kind is not Kind.UNKNOWN:
                 return result
         elif self._unnamed_here(function):  # a loader (or an iterator over one) other modules pass
-            elsewhere = self._loader_passed_by_package(function, param)
-            if elsewhere is not None and elsewhere.kind is Kind.LOADER:
-                return elsewhere
+            found = self._passed_loader(function, param, [])
+            if found.kind is Kind.LOADER:
+                return found
         if param.annotation is not None:
             annotated = self.annotation_fact(param.annotation.annotation)
             if annotated.kind is not Kind.UNKNOWN:
@@ -1428,26 +1465,48 @@ class Kinds:
         found = list(scope.assignments[function.name.value]) if scope is not None else []
         return len(found) == 1 and found[0].node is function and not found[0].references
 
-    def _loader_passed_by_package(self, function: cst.FunctionDef, param: cst.Param) -> Fact | None:
-        """What the other modules of the package pass to `param` of `function`, joined (a
-        loader handed in as a parameter pins its batches when every caller passes one built
-        pinned); None when none of them calls it (or it is no top-level function), UNKNOWN
-        when a call cannot be followed."""
-        if self.parents.get(function) is not self._context.module:
-            return None  # a method or a nested function: other modules' calls of it are not looked for
+    def _passed_loader(
+        self, function: cst.FunctionDef, param: cst.Param, here: list[tuple[cst.Call, cst.BaseExpression]]
+    ) -> Fact:
+        """The loader `param` of `function` takes from the calls `here` (of this file, each
+        passing a loader) and, of a top-level function, from the calls of the other modules
+        of its package (what one of those passes that cannot be told is what the annotation
+        of `param` says). Its batches are in the memory `passed_memory` makes of the
+        callers' loaders. UNKNOWN when a call of another module passes no loader or cannot
+        be followed; BOTTOM when no call passes one."""
+        project = self._project()
+        callers = [(project.shown_in(self._context, call), self._fact(value)) for call, value in here]
+        elsewhere = (
+            self._package_arguments(function, param) if self.parents.get(function) is self._context.module else []
+        )
+        if elsewhere is None:
+            return UNKNOWN
+        annotated = self.annotation_fact(param.annotation.annotation) if param.annotation is not None else UNKNOWN
+        for site, fact in elsewhere:
+            fact = annotated.with_memory(Memory.UNKNOWN) if fact.kind is Kind.UNKNOWN else fact
+            callers.append((site, fact))
+        loader = functools.reduce(Fact.join, (fact for _, fact in callers), BOTTOM)
+        if loader.kind is not Kind.LOADER:
+            return loader if loader.kind is Kind.BOTTOM else UNKNOWN
+        return loader.with_memory(passed_memory([(site, fact.memory) for site, fact in callers]))
+
+    def _package_arguments(self, function: cst.FunctionDef, param: cst.Param) -> list[tuple[str, Fact]] | None:
+        """What each call of `function` in the other modules of the package passes to `param`
+        (the call's `path:line`, the fact there); None when a call cannot be followed."""
         key = (self._context.path, function.name.value, param.name.value)
         if key in _PACKAGE_PARAMS_ASKED:  # modules that pass the loader back and forth
-            return UNKNOWN
+            return None
         project = self._project()
         _PACKAGE_PARAMS_ASKED.add(key)
         try:
             found = project.package_arguments(function, param) if project.folder is not None else []
-            passed = [context.kinds.fact(argument) for context, argument in found or ()]
+            return (
+                [(project.shown_in(there, call), there.kinds.fact(value)) for there, call, value in found]
+                if found is not None
+                else None
+            )
         finally:
             _PACKAGE_PARAMS_ASKED.discard(key)
-        if found is None:
-            return UNKNOWN
-        return functools.reduce(Fact.join, passed, BOTTOM) if passed else None
 
     # -- the file's own functions, methods and attributes ------------------------------
 
@@ -1997,6 +2056,8 @@ class Kinds:
         also used otherwise (passed as a value, called on something perfmod cannot see)
         or never called here."""
         key = id(function)
+        if function is self._any_caller:
+            return None
         if key not in self._callers:
             self._callers[key] = None  # a call of itself while this runs: unknown
             self._callers[key] = self._find_callers(function)

@@ -5,8 +5,8 @@ computation on pageable tensors makes them; unknown otherwise."""
 
 import pytest
 
-from codemod.analysis.values import Memory
-from tests.analysis.test_kinds import facts_of_probes
+from codemod.analysis.values import Memory, PassedMemory
+from tests.analysis.test_kinds import HEAD, facts_of_probes
 
 LOADER = "ds = TensorDataset(torch.randn(8, 3), torch.randn(8))\n"
 CASES = [
@@ -52,3 +52,31 @@ CASES = [
 def test_memory(code, memory):
     (fact,) = facts_of_probes(code)
     assert fact.memory is memory, fact
+
+
+TRAIN = "def train(loader):\n    for x, y in loader:\n        probe(x)\n"
+
+
+@pytest.mark.parametrize(
+    ("calls", "memory"),
+    [
+        ("train(DL(ds, pin_memory=True))\ntrain(DL(ds, batch_size=2, pin_memory=True))", Memory.PINNED),
+        ("train(DL(ds))\ntrain(DL(ds, batch_size=2))", Memory.PAGEABLE),
+        ("train(DL(ds))\ntrain(DL(ds, **cfg))", Memory.UNKNOWN),
+        ("train(DL(ds, pin_memory=True))\ntrain(DL(ds))\ntrain(DL(ds, **cfg))", ((0,), (1, 2))),
+    ],
+    ids=["every-caller-pins", "none-pins", "none-seen-to-pin", "one-pins"],
+)
+def test_memory_of_a_loader_the_callers_pass(calls, memory):
+    """Pinned when every call passes a loader that pins, the callers' memory when none
+    does; when some do, which calls (`path:line`) pass loaders that pin, and which not."""
+    code = LOADER + TRAIN + calls
+    (fact,) = facts_of_probes(code)
+    if isinstance(memory, Memory):
+        assert fact.memory is memory, fact
+        return
+    first = (HEAD + LOADER + TRAIN).count("\n") + 1  # the line of the first call
+    pinned, others = memory
+    assert isinstance(fact.memory, PassedMemory)
+    assert [int(site.rpartition(":")[2]) - first for site in fact.memory.pinned] == list(pinned)
+    assert [int(site.rpartition(":")[2]) - first for site in fact.memory.others] == list(others)

@@ -869,8 +869,8 @@ def test_a_class_star_imported_through_a_packages_init_is_found(tmp_path):
 @pytest.mark.parametrize(
     ("caller", "expected"),
     [
-        ("from pkg.run import fit\nfit(1, loader=make())\n", ["make()"]),
-        ("from pkg import run\nrun.fit(2, make())\nrun.fit(3, other)\n", ["make()", "other"]),
+        ("from pkg.run import fit\nfit(1, loader=make())\n", ["2: make()"]),
+        ("from pkg import run\nrun.fit(2, make())\nrun.fit(3, other)\n", ["2: make()", "3: other"]),
         ("import pkg.run\n", []),  # imported, never called
         ("from pkg.run import fit\nfit(1)\n", None),  # the default taken: not a caller's loader
         ("from pkg.run import fit\nfit(*args)\n", None),
@@ -892,5 +892,97 @@ def test_what_the_other_modules_of_the_package_pass_to_a_parameter(tmp_path, cal
     context = FileContext(cst.parse_module(source), str(root / "pkg" / "run.py"), Settings(), source)
     function = context.module.body[0]
     found = project_of(context).package_arguments(function, function.params.params[1])
-    shown = None if found is None else [there.source(argument) for there, argument in found]
+    shown = (
+        None if found is None else [f"{there.line(call)}: {there.source(argument)}" for there, call, argument in found]
+    )
     assert shown == expected
+
+
+def _asking(path: Path) -> tuple[FileContext, cst.FunctionDef]:
+    """A fresh analysis of the module at `path` (as each file of a project run gets), and
+    its first function."""
+    source = path.read_text()
+    context = FileContext(cst.parse_module(source), str(path), Settings(), source)
+    return context, next(s for s in context.module.body if isinstance(s, cst.FunctionDef))
+
+
+def test_the_package_callers_of_a_function_are_read_once_while_no_file_changes(tmp_path, monkeypatch):
+    """Every file of a project run that asks who calls `fit` is answered from one reading of
+    the package; a caller added since is found."""
+    from codemod.analysis import project as project_module
+
+    read = []
+    calls_of = project_module._calls_of
+    monkeypatch.setattr(
+        project_module, "_calls_of", lambda module, *rest: read.append(module.path) or calls_of(module, *rest)
+    )
+    root = _project(
+        tmp_path,
+        {
+            "pkg/run.py": "def fit(steps, loader=None):\n    return loader\n",
+            "pkg/main.py": "from pkg.run import fit\nfit(1, make())\n",
+        },
+    )
+    for _ in range(2):
+        context, function = _asking(root / "pkg" / "run.py")
+        found = project_of(context).package_arguments(function, function.params.params[1])
+        assert [there.source(argument) for there, _, argument in found] == ["make()"]
+    assert read == [str(root / "pkg" / "main.py")]
+
+    (root / "pkg" / "again.py").write_text("from pkg.run import fit\nfit(2, other)\n")
+    context, function = _asking(root / "pkg" / "run.py")
+    found = project_of(context).package_arguments(function, function.params.params[1])
+    assert sorted(there.source(argument) for there, _, argument in found) == ["make()", "other"]
+
+
+def test_only_calls_named_as_the_function_are_followed_to_their_modules(tmp_path):
+    """Looking for the calls of `fit`, the module of every other function a caller calls is
+    not read (`helper` of `pkg/tools.py`)."""
+    from codemod.analysis import project as project_module
+
+    root = _project(
+        tmp_path,
+        {
+            "pkg/run.py": "def fit(steps, loader=None):\n    return loader\n",
+            "pkg/tools.py": "def helper():\n    return 1\n",
+            "pkg/main.py": "from pkg.run import fit as train\nfrom pkg.tools import helper\ntrain(helper(), make())\n",
+        },
+    )
+    context, function = _asking(root / "pkg" / "run.py")
+    found = project_of(context).package_arguments(function, function.params.params[1])
+    assert [there.source(argument) for there, _, argument in found] == ["make()"]  # called under another name
+    assert str(root / "pkg" / "tools.py") not in project_module._MODULES
+
+
+@pytest.mark.parametrize(
+    ("returned", "expected"),
+    [
+        ("loader", (Kind.LOADER, "Memory.PINNED")),  # built in the function: the same for every caller
+        ("rows", None),  # its parameter: what this module's call passes is no other caller's
+    ],
+)
+def test_what_a_function_returns_to_another_module_that_its_own_module_calls_too(tmp_path, returned, expected):
+    root = _project(
+        tmp_path,
+        {
+            "pkg/data.py": f"""\
+                import torch
+                from torch.utils.data import DataLoader
+
+
+                def make(rows):
+                    loader = DataLoader(rows, batch_size=4, pin_memory=True)
+                    return {returned}, 0
+
+
+                def small():
+                    return make(torch.zeros(8, 2))
+            """,
+            "pkg/main.py": "from pkg.data import make\n\nloader, _ = make(rows)\n",
+        },
+    )
+    source = (root / "pkg" / "main.py").read_text()
+    context = FileContext(cst.parse_module(source), str(root / "pkg" / "main.py"), Settings(), source)
+    function = project_of(context).function(context.module.body[1].body[0].value.func)
+    found = project_of(context).returned(function, (0,))
+    assert (None if found is None else (found.kind, str(found.memory))) == expected
