@@ -1482,7 +1482,12 @@ def _only_read(context: FileContext, function: cst.FunctionDef, params: dict[str
 
 
 def _yields_items_of(function: Function) -> cst.Param | None:
-    context, node = function.context, function.node
+    return yielded_items_of(function.context, function.node)
+
+
+def yielded_items_of(context: FileContext, node: cst.FunctionDef) -> cst.Param | None:
+    """The parameter of the generator `node` whose items it yields (`for b in loader: yield
+    b`, `it = iter(loader) ... yield next(it)`), if it yields nothing else."""
     returns, yields = context.kinds.exits(node)
     if not yields or any(r.value is not None for r in returns):
         return None

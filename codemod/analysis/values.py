@@ -975,7 +975,8 @@ class Kinds:
             return self._built_module(self.class_fact(local), call)
         function = self._local_callee(call)
         if function is not None:
-            return self._returns_fact(function)
+            iterated = self._yielded_argument(call, function)
+            return self._fact(iterated) if iterated is not None else self._returns_fact(function)
         imported = self._project_call_fact(call)
         if imported is not None:
             return imported
@@ -993,6 +994,17 @@ class Kinds:
         if callee.kind is Kind.MODULE:  # model(x)
             return Fact(Kind.TENSOR, _computed_on(callee.place))
         return BOTTOM if callee.kind is Kind.BOTTOM else UNKNOWN
+
+    def _yielded_argument(self, call: cst.Call, function: cst.FunctionDef) -> cst.BaseExpression | None:
+        """The argument of `call` whose items the generator `function` of this file yields:
+        `cycle(loader)` iterates the loader's batches, as `iter(loader)` does, whatever
+        other calls of `cycle` pass."""
+        from codemod.analysis.project import yielded_items_of
+
+        if self.class_of(function) is not None:
+            return None
+        param = yielded_items_of(self._context, function)
+        return passed_by(call, function, param) if param is not None else None
 
     def _loss_module_output(self, call: cst.Call) -> Fact | None:
         """`criterion(out, y)` for `criterion = nn.CrossEntropyLoss()` (or `self.criterion`):

@@ -80,3 +80,14 @@ def test_memory_of_a_loader_the_callers_pass(calls, memory):
     assert isinstance(fact.memory, PassedMemory)
     assert [int(site.rpartition(":")[2]) - first for site in fact.memory.pinned] == list(pinned)
     assert [int(site.rpartition(":")[2]) - first for site in fact.memory.others] == list(others)
+
+
+def test_batches_of_a_generator_over_a_loader_are_those_of_the_loader_it_is_given():
+    """`cycle` is called with a loader that pins and with one that does not: what each call
+    yields is the batches of its own loader."""
+    code = LOADER + (
+        "def cycle(loader):\n    while True:\n        for b in loader:\n            yield b\n"
+        "train = cycle(DL(ds, pin_memory=True))\nval = cycle(DL(ds))\n"
+        "probe(next(train)[0])\nfor x, y in val:\n    probe(x)"
+    )
+    assert [fact.memory for fact in facts_of_probes(code)] == [Memory.PINNED, Memory.PAGEABLE]
