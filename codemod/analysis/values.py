@@ -1456,7 +1456,7 @@ class Kinds:
                 return loader if loader.kind is Kind.LOADER else result.with_memory(Memory.UNKNOWN)
             if result.kind is not Kind.UNKNOWN:
                 return result
-        elif self._unnamed_here(function):  # a loader (or an iterator over one) other modules pass
+        elif self._unnamed_here(function) and self._iterated_or_handed_on(param):  # a loader other modules pass
             found = self._passed_loader(function, param, [])
             if found.kind is Kind.LOADER:
                 return found
@@ -1476,6 +1476,22 @@ class Kinds:
         scope = self.scopes.get(function)
         found = list(scope.assignments[function.name.value]) if scope is not None else []
         return len(found) == 1 and found[0].node is function and not found[0].references
+
+    def _iterated_or_handed_on(self, param: cst.Param) -> bool:
+        """Is `param` read where a loader it holds would matter: iterated (`for b in p`, a
+        comprehension) or handed to a call (`iter(p)`, `next(p)`, a generator over it,
+        another function)? Only then is it worth reading what other modules pass to it."""
+        if DEVICE_NAME.match(param.name.value):
+            return False
+        scope = self.scopes.get(param)
+        for binding in scope.assignments[param.name.value] if scope is not None else ():
+            for access in binding.references if binding.node is param else ():
+                parent = self.parents.get(access.node)
+                if isinstance(parent, cst.Arg) or (
+                    isinstance(parent, (cst.For, cst.CompFor)) and parent.iter is access.node
+                ):
+                    return True
+        return False
 
     def _passed_loader(
         self, function: cst.FunctionDef, param: cst.Param, here: list[tuple[cst.Call, cst.BaseExpression]]

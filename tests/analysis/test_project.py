@@ -986,3 +986,27 @@ def test_what_a_function_returns_to_another_module_that_its_own_module_calls_too
     function = project_of(context).function(context.module.body[1].body[0].value.func)
     found = project_of(context).returned(function, (0,))
     assert (None if found is None else (found.kind, str(found.memory))) == expected
+
+
+def test_only_a_parameter_iterated_or_handed_on_is_asked_of_the_packages_callers(tmp_path, monkeypatch):
+    """What other modules pass to a parameter is read only where a loader it held would
+    matter: `loader`, iterated; not `config` (its attribute read), `hook` (called) nor
+    `device` (named as a device)."""
+    from codemod.analysis.project import Project
+
+    root = _project(
+        tmp_path,
+        {
+            "pkg/run.py": "def fit(config, device, loader, hook):\n    hook(config.lr)\n"
+            "    for b in loader:\n        b.to(device)\n",
+            "pkg/main.py": "from pkg.run import fit\nfit(cfg, 'cpu', make(), print)\n",
+        },
+    )
+    asked = []
+    monkeypatch.setattr(
+        Project, "package_arguments", lambda self, function, param: asked.append(param.name.value) or []
+    )
+    context, function = _asking(root / "pkg" / "run.py")
+    for name in context.index.find(cst.Name, within=function.body):
+        context.kinds.fact(name)
+    assert asked == ["loader"]
