@@ -745,9 +745,9 @@ class Project:
     ) -> list[tuple[FileContext, cst.Call, cst.BaseExpression]] | None:
         """What the other modules of this file's package pass to `param` of `function` (a
         top-level function of this file): (the caller's context, the call, the argument
-        there) for each call, none when no module calls it; None when a call hides the argument (`*args`, a
-        default taken), or when a module starts processes with it (their arguments are not
-        followed) or names it otherwise."""
+        there) for each call, none when no module calls it; None when a call hides the
+        argument (`*args`, a default taken), or when a module starts processes with it
+        (their arguments are not followed) or names it otherwise."""
         callers = self._package_callers(function)
         if callers is None or callers.named_otherwise():
             return None  # handed on as a value: called where perfmod cannot see
@@ -781,9 +781,8 @@ class Project:
         so that only the modules that name it are parsed."""
         if self._package_importers is None:
             package = self._package()
-            own = os.path.abspath(self.context.path)
-            needles, settings = self._importer_needles(), self.context.settings
-            self._package_importers = package.importers(own, needles, settings) if package else []
+            own, settings = os.path.abspath(self.context.path), self.context.settings
+            self._package_importers = package.importers(own, self._importer_needles(), settings) if package else []
         return self._package_importers
 
     def _package(self) -> _Package | None:
