@@ -27,8 +27,9 @@ Summaries, each computed once per function and only when a rule asks:
   what the argument holds on the host, the result holds on the host;
 - `yields_items_of`: a generator that yields the items of its argument
   (`for b in loader: yield b`, `it = iter(loader) ... yield next(it)`);
-- `returned`: what a call gives, from its module's own analysis (for a function
-  its module does not call itself) or from its return annotation;
+- `returned`: what a call gives, from its module's own analysis (where the module calls
+  the function itself, with its parameters holding what any caller may pass, not what
+  those calls pass) or from its return annotation;
 - `loaders_made`: the DataLoader constructions of its module that it returns;
 - `pure`: the function is pure by its own module's rules (`purity`), so that a call of
   it may be made once;
@@ -49,8 +50,10 @@ The other direction, for a function of this file that other modules call:
 - `package_calls`: the calls of one of its functions in the other modules of its package
   (the top-level package folder that holds the file, at any depth: `from pkg.data import
   make_loader` in `pkg/train/run.py`), each with the module it is in, so that what the
-  callers do with the result (a DataLoader it builds) can be asked there. The package's
-  files are read as text first, and parsed only when they name this module.
+  callers do with the result (a DataLoader it builds) can be asked there; and what they
+  pass to one of its parameters (`package_arguments`). The package's files are read as
+  text first, and parsed only when they name this module; each function's callers are
+  looked for once per process, whichever file asks (`_Package`).
 
 `Project.dependencies()` lists the files the answers for one file were read from,
 so that a cached result is not served after one of them changes.
@@ -99,6 +102,7 @@ _NEXT_DEFINITION = re.compile(rb"^(?:@|def\b|async\b|class\b|if\b)", re.M)  # a 
 MAX_RE_EXPORTS = 3  # `from .inner import f` in a package's __init__, followed this deep
 MAX_IMPORTERS = 200  # files beside a file read for the modules that import it
 MAX_PACKAGE_FILES = 400  # files of a package read (as text) for the modules that import a module of it
+MAX_PACKAGES = 8  # packages whose files and callers are kept per process
 SKIPPED_FOLDERS = {"__pycache__", "node_modules", "site-packages"}  # and hidden folders: `.venv`, `.git`
 
 
@@ -311,6 +315,99 @@ class _Walk:
 _WALK = _Walk()
 
 
+@dataclass
+class _Callers:
+    """The calls of one top-level function in the other modules of its package."""
+
+    read: list[_Module]  # the modules whose text names it, parsed to find them
+    calls: list[tuple[_Module, cst.Call, int, bool]]  # as `_calls_of` gives them, module first
+    path: str  # the function's file
+    name: str
+    _named_otherwise: bool | None = None
+
+    def named_otherwise(self) -> bool:
+        """Does a module of the package name the function other than as what it calls
+        (handed on as a value, called where perfmod cannot see)?"""
+        if self._named_otherwise is None:
+            self._named_otherwise = any(
+                _named_uncalled(module, self.path, self.name, [c for m, c, _, _ in self.calls if m is module])
+                for module in self.read
+            )
+        return self._named_otherwise
+
+
+class _Package:
+    """The Python files of one package (the outermost folder with an `__init__.py`, at any
+    depth; or the modules of a folder in none), and the calls of its top-level functions in
+    its other modules, each function's looked for once, when first asked: every file of the
+    project that asks is answered from here while no file or folder of it changes."""
+
+    def __init__(self, folder: str, nested: bool, paths: list[str], folders: list[str]) -> None:
+        self.folder, self.nested, self.paths = folder, nested, paths
+        self.stamps = _stamps(sorted(set(folders) | set(paths)))
+        self._texts: dict[str, bytes | None] = {}
+        self._importers: dict[str, list[_Module]] = {}
+        self._callers: dict[tuple[str, str], _Callers] = {}
+
+    def unchanged(self) -> bool:
+        return _stamps([stamp.path for stamp in self.stamps]) == self.stamps
+
+    def importers(self, own: str, imports: re.Pattern[bytes], settings: Settings) -> list[_Module]:
+        """The modules whose text names the module `own` (its stem) in an import (`imports`)."""
+        if own not in self._importers:
+            stem, found = Path(own).stem.encode(), []
+            for path in self.paths:
+                data = self._text(path) if path != own else None
+                if data is not None and stem in data and imports.search(data) is not None:
+                    module = _load(path, settings)
+                    if module is not None:
+                        found.append(module)  # parsed when a call of it is looked for
+            self._importers[own] = found
+        return self._importers[own]
+
+    def callers(self, own: str, name: str, importers: list[_Module]) -> _Callers:
+        """The calls of the function `name` of the module `own` in `importers` (its importers
+        here), looked for in the modules whose text names it."""
+        key = (own, name)
+        if key not in self._callers:
+            read = [module for module in importers if module.mentions(name.encode()) and module.context is not None]
+            calls = [(module, *call) for module in read for call in _calls_of(module, own, name)]
+            self._callers[key] = _Callers(read, calls, own, name)
+        return self._callers[key]
+
+    def _text(self, path: str) -> bytes | None:
+        if path not in self._texts:
+            try:
+                with open(path, "rb") as handle:
+                    self._texts[path] = handle.read(MAX_BYTES + 1)
+            except OSError:
+                self._texts[path] = None
+        return self._texts[path]
+
+
+_PACKAGES: OrderedDict[tuple[str, bool], _Package] = OrderedDict()
+
+
+def _package(folder: Path, nested: bool) -> _Package:
+    """The package at `folder` (`nested`: a package, at any depth; else the modules of the
+    folder), read again when one of its files or folders changed."""
+    key = (str(folder), nested)
+    known = _PACKAGES.get(key)
+    if known is None or not known.unchanged():
+        if nested:
+            paths, folders = _python_files(folder, MAX_PACKAGE_FILES)
+        else:
+            paths, folders = (
+                [os.path.abspath(p) for p in sorted(folder.glob("*.py"))[:MAX_PACKAGE_FILES]],
+                [str(folder)],
+            )
+        known = _PACKAGES[key] = _Package(str(folder), nested, paths, folders)
+        while len(_PACKAGES) > MAX_PACKAGES:
+            _PACKAGES.popitem(last=False)
+    _PACKAGES.move_to_end(key)
+    return known
+
+
 class Project:
     """The project modules one file imports from, and the summaries it asks for."""
 
@@ -323,6 +420,7 @@ class Project:
         self._importers: list[_Module] | None = None
         self._importer_call_lists: dict[cst.FunctionDef, list[tuple[_Module, cst.Call, int, bool]]] = {}
         self._package_importers: list[_Module] | None = None
+        self._package_index: _Package | None = None
         self._scanned: list[Stamp] = []  # the package's files and folders read for its importers
         path = context.path
         self.folder: Path | None = None
@@ -639,15 +737,41 @@ class Project:
         """The calls of `function` (a top-level function of this file) in the other modules
         of this file's package that import it, at any depth of the package, each with its
         module (whose own analysis says what the caller does with the result)."""
-        if self.context.index.first_enclosing(function, (cst.ClassDef, cst.FunctionDef)) is not None:
-            return []
-        own, name = os.path.abspath(self.context.path), function.name.value
+        callers = self._package_callers(function)
+        return [(module, call) for module, call, _, started in callers.calls if not started] if callers else []
+
+    def package_arguments(
+        self, function: cst.FunctionDef, param: cst.Param
+    ) -> list[tuple[FileContext, cst.Call, cst.BaseExpression]] | None:
+        """What the other modules of this file's package pass to `param` of `function` (a
+        top-level function of this file): (the caller's context, the call, the argument
+        there) for each call, none when no module calls it; None when a call hides the
+        argument (`*args`, a default taken), or when a module starts processes with it
+        (their arguments are not followed) or names it otherwise."""
+        callers = self._package_callers(function)
+        if callers is None or callers.named_otherwise():
+            return None  # handed on as a value: called where perfmod cannot see
         found = []
-        for module in self.package_importers():
-            if module.mentions(name.encode()) and module.context is not None:
-                self._used[module.path] = module
-                found.extend((module, call) for call, _, started in _calls_of(module, own, name) if not started)
+        for module, call, offset, started in callers.calls:
+            value = argument_for(call, function, param, offset)
+            if started or value is None:
+                return None
+            found.append((module.context, call, value))
         return found
+
+    def _package_callers(self, function: cst.FunctionDef) -> _Callers | None:
+        """The calls of `function`, a top-level function of this file, in the other modules
+        of its package, looked up in the package's index (`_Package`); None for a method or
+        a nested function."""
+        if self.context.index.first_enclosing(function, (cst.ClassDef, cst.FunctionDef)) is not None:
+            return None
+        package = self._package()
+        if package is None:
+            return _Callers([], [], os.path.abspath(self.context.path), function.name.value)
+        callers = package.callers(os.path.abspath(self.context.path), function.name.value, self.package_importers())
+        for module in callers.read:
+            self._used[module.path] = module
+        return callers
 
     def package_importers(self) -> list[_Module]:
         """The modules of this file's package (the outermost folder with an
@@ -655,43 +779,37 @@ class Project:
         this file's module: `import pkg.data`, `from pkg.data import f`, `from pkg import
         data`, or a relative import. Read as text first, at most MAX_PACKAGE_FILES files,
         so that only the modules that name it are parsed."""
-        if self._package_importers is not None:
-            return self._package_importers
-        self._package_importers = []
-        if self.folder is None:
-            return self._package_importers
-        own = os.path.abspath(self.context.path)
-        stem = Path(own).stem
-        if stem == "__init__":
-            return self._package_importers
-        package = self.folder
-        while (package / "__init__.py").is_file() and (package.parent / "__init__.py").is_file():
-            package = package.parent
-        if (package / "__init__.py").is_file():
-            parts = list(self.folder.relative_to(package.parent).parts)
-            dotted, parent = ".".join([*parts, stem]).encode(), ".".join(parts).encode()
-            paths = _python_files(package, MAX_PACKAGE_FILES)
-            imports = _imports_of(re.escape(stem.encode()), re.escape(dotted), re.escape(parent))
-        else:  # no package: the modules beside it, which import it as `import data` / `from data import f`
-            paths = [os.path.abspath(p) for p in sorted(self.folder.glob("*.py"))[:MAX_PACKAGE_FILES]]
-            imports = re.compile(rb"\b(?:import|from)\s+" + re.escape(stem.encode()) + rb"\b")
-        # The answer depends on every file read and on which files there are: a module
-        # that starts importing this one, or a new module, makes it stale.
-        self._scanned = _stamps(sorted({os.path.dirname(path) for path in paths} | set(paths)))
-        for path in paths:
-            if path == own:
-                continue
-            try:
-                with open(path, "rb") as handle:
-                    data = handle.read(MAX_BYTES + 1)
-            except OSError:
-                continue
-            if stem.encode() not in data or imports.search(data) is None:
-                continue
-            module = _load(path, self.context.settings)
-            if module is not None:
-                self._package_importers.append(module)  # parsed when a call of it is looked for
+        if self._package_importers is None:
+            package = self._package()
+            own, settings = os.path.abspath(self.context.path), self.context.settings
+            self._package_importers = package.importers(own, self._importer_pattern(), settings) if package else []
         return self._package_importers
+
+    def _package(self) -> _Package | None:
+        """This file's package, read once per process (`_PACKAGES`) while none of its files
+        and folders changes; None for a file in no folder, or a package's `__init__.py`."""
+        if self.folder is None or Path(self.context.path).stem == "__init__":
+            return None
+        if self._package_index is None:
+            package = self.folder
+            while (package / "__init__.py").is_file() and (package.parent / "__init__.py").is_file():
+                package = package.parent
+            nested = (package / "__init__.py").is_file()
+            self._package_index = _package(package if nested else self.folder, nested)
+            # The answers depend on every file read and on which files there are: a module
+            # that starts importing this one, or a new module, makes them stale.
+            self._scanned = self._package_index.stamps
+        return self._package_index
+
+    def _importer_pattern(self) -> re.Pattern[bytes]:
+        """What the text of a module of the package that imports this one holds."""
+        stem = Path(self.context.path).stem.encode()
+        package = self._package_index
+        if not package.nested:  # no package: `import data` / `from data import f` beside it
+            return re.compile(rb"\b(?:import|from)\s+" + re.escape(stem) + rb"\b")
+        parts = list(self.folder.relative_to(Path(package.folder).parent).parts)
+        dotted, parent = ".".join(parts).encode() + b"." + stem, ".".join(parts).encode()
+        return _imports_of(re.escape(stem), re.escape(dotted), re.escape(parent))
 
     # -- what the answers were read from --------------------------------------------------
 
@@ -873,6 +991,23 @@ def _calls_of(module: _Module, path: str, name: str) -> list[tuple[cst.Call, int
         arguments = [cst.Arg(e.value, star="*" if isinstance(e, cst.StarredElement) else "") for e in elements]
         found.append((cst.Call(target, arguments), 1 if keyword == "fn" else 0, True))
     return found
+
+
+def _named_uncalled(module: _Module, path: str, name: str, calls: list[cst.Call]) -> bool:
+    """Does `module` name the function `name` of the file `path` other than as what one of
+    `calls` calls (`register(train)`, `steps = {"train": train}`)?"""
+    context, project = module.context, module.project
+    called = {id(call.func) for call in calls}
+    for node in context.index.find((cst.Name, cst.Attribute)):
+        last = node.attr if isinstance(node, cst.Attribute) else node
+        if last.value != name or id(node) in called or isinstance(context.parents.get(node), cst.Attribute):
+            continue
+        if isinstance(context.parents.get(node), (cst.ImportAlias, cst.FunctionDef)):
+            continue
+        function = project.function(node)
+        if function is not None and function.module.path == path and function.node.name.value == name:
+            return True
+    return False
 
 
 def _batches_copied(function: Function, param: cst.Param) -> BatchUse | None:
@@ -1368,7 +1503,12 @@ def _only_read(context: FileContext, function: cst.FunctionDef, params: dict[str
 
 
 def _yields_items_of(function: Function) -> cst.Param | None:
-    context, node = function.context, function.node
+    return yielded_items_of(function.context, function.node)
+
+
+def yielded_items_of(context: FileContext, node: cst.FunctionDef) -> cst.Param | None:
+    """The parameter of the generator `node` whose items it yields (`for b in loader: yield
+    b`, `it = iter(loader) ... yield next(it)`), if it yields nothing else."""
     returns, yields = context.kinds.exits(node)
     if not yields or any(r.value is not None for r in returns):
         return None
@@ -1414,15 +1554,15 @@ def _iterated_param(context: FileContext, expr, function: cst.FunctionDef, param
 
 
 def _returned(function: Function, path: tuple[int, ...]) -> Fact | None:
-    from codemod.analysis.values import UNKNOWN, Kind
+    from codemod.analysis.values import UNKNOWN, Kind, Kinds
 
     context, node = function.context, function.node
     kinds = context.kinds
     returns, yields = kinds.exits(node)
     if yields or not returns or any(r.value is None for r in returns):
         return None
-    if kinds.callers(node) is not None:
-        return None  # its parameters would hold what its own module passes, not what this call does
+    if kinds.callers(node) is not None:  # read apart from its module's calls, which fill its parameters there
+        kinds = _summary(function.module, ("any caller", node.name.value), lambda: Kinds(context, any_caller=node))
     result = None
     for found in returns:
         value = found.value
@@ -1536,18 +1676,20 @@ def _stamps(paths: list[str]) -> list[Stamp]:
     return found
 
 
-def _python_files(folder: Path, limit: int) -> list[str]:
+def _python_files(folder: Path, limit: int) -> tuple[list[str], list[str]]:
     """The `.py` files under `folder` (hidden and cache folders skipped), in a fixed
-    order, at most `limit` of them."""
+    order, at most `limit` of them; and the folders walked to find them."""
     found: list[str] = []
+    walked: list[str] = []
     for current, folders, files in os.walk(folder):
+        walked.append(os.path.abspath(current))
         folders[:] = sorted(f for f in folders if not f.startswith(".") and f not in SKIPPED_FOLDERS)
         for name in sorted(files):
             if name.endswith(".py"):
                 found.append(os.path.abspath(os.path.join(current, name)))
                 if len(found) >= limit:
-                    return found
-    return found
+                    return found, walked
+    return found, walked
 
 
 @lru_cache(maxsize=1024)

@@ -37,7 +37,11 @@ DataLoader asked to pin them, `.pin_memory()` results, tensors made with
 `pin_memory=True`, and views of these; pageable are tensors a factory, `torch.from_numpy`
 or a tokenizer makes on the host, the batches of a DataLoader that does not pin,
 and whatever is computed from pageable tensors alone (a new tensor, or one of its
-inputs). Anything else is unknown.
+inputs). Anything else is unknown. The batches of a loader a parameter takes are in
+the memory of the loaders its callers pass (the calls of the file, and for a
+top-level function those of the other modules of its package): pinned when every
+caller's are; when only some are, `PassedMemory` names the calls whose loaders pin
+and those whose loaders do not (or are not seen to).
 
 ## Dtypes and numbers (`Values`)
 
@@ -90,6 +94,7 @@ Built once per file (FileContext.shared).
 from __future__ import annotations
 
 import enum
+import functools
 import re
 from bisect import bisect_left
 from collections.abc import Collection, Iterator
@@ -198,6 +203,41 @@ class Memory(enum.Enum):
         return self if shares or self is Memory.PAGEABLE else Memory.UNKNOWN
 
 
+@dataclass(frozen=True)
+class PassedMemory:
+    """The memory of the batches of a loader a parameter takes, when some of its callers
+    pass a loader that pins them and others one that does not (or is not seen to): the
+    copy of such a batch overlaps for the first, and stays synchronous for the others."""
+
+    pinned: tuple[str, ...]  # `path:line` of each call that passes a loader that pins its batches
+    others: tuple[str, ...]  # ... of each call that passes one that does not, or is not seen to
+
+    def join(self, other: Memory | PassedMemory) -> Memory | PassedMemory:
+        return self if self == other else Memory.UNKNOWN
+
+    def derived(self, shares: bool) -> Memory | PassedMemory:
+        return self if shares else Memory.UNKNOWN
+
+
+def passed_memory(callers: list[tuple[str, Memory | PassedMemory]]) -> Memory | PassedMemory:
+    """The memory of the batches of the loaders `callers` pass (the call's `path:line`, its
+    loader's memory): pinned when every one pins, the join of theirs when none does."""
+    pinned: list[str] = []
+    others: list[str] = []
+    for site, memory in callers:
+        if isinstance(memory, PassedMemory):  # a caller that hands on a loader its own callers pass
+            pinned += memory.pinned
+            others += memory.others
+        else:
+            (pinned if memory is Memory.PINNED else others).append(site)
+    if not others:
+        return Memory.PINNED
+    if not pinned:
+        memories = {memory for _, memory in callers}
+        return memories.pop() if len(memories) == 1 else Memory.UNKNOWN
+    return PassedMemory(tuple(pinned), tuple(others))
+
+
 class Place(enum.Enum):
     HOST = "host"
     CUDA = "cuda"
@@ -213,7 +253,7 @@ class Fact:
     kind: Kind
     place: Place = Place.UNKNOWN
     single: bool = False  # a loader whose batches are single tensors (its dataset's items are tensors)
-    memory: Memory = Memory.UNKNOWN  # of a host tensor or batch; of a loader: of its batches
+    memory: Memory | PassedMemory = Memory.UNKNOWN  # of a host tensor or batch; of a loader: of its batches
 
     def join(self, other: Fact) -> Fact:
         if self.kind is Kind.BOTTOM:
@@ -226,7 +266,7 @@ class Fact:
             self.kind, self.place.join(other.place), self.single and other.single, self.memory.join(other.memory)
         )
 
-    def with_memory(self, memory: Memory) -> Fact:
+    def with_memory(self, memory: Memory | PassedMemory) -> Fact:
         return Fact(self.kind, self.place, self.single, memory)
 
 
@@ -265,6 +305,9 @@ FUNCTIONS = (cst.FunctionDef, cst.Lambda)
 STATIC = ("staticmethod", "classmethod")
 MAX_NAMESPACE_DEPTH = 4  # names an options namespace or a config object is followed through
 MAX_RETURN_DEPTH = 4  # how many calls deep what functions of this file return is followed
+# (path, function, parameter) whose callers in other modules are being read: a module that
+# passes the loader back to the one asking is not followed around again.
+_PACKAGE_PARAMS_ASKED: set[tuple[str, str, str]] = set()
 
 
 @dataclass(frozen=True)
@@ -326,7 +369,9 @@ class _AttributeWrites:
 class Kinds:
     """Facts about expressions of one file; computed on demand and cached."""
 
-    def __init__(self, context: FileContext) -> None:
+    def __init__(self, context: FileContext, any_caller: cst.FunctionDef | None = None) -> None:
+        """`any_caller`: a function whose parameters hold what any caller may pass, not what
+        this file's calls of it pass (what it returns to another module's call)."""
         self.names = context.names
         self.scopes = context.scopes
         self.index = context.index
@@ -345,6 +390,7 @@ class Kinds:
         self._class_kinds: dict[int, Fact] = {}
         self._default_device_changed = "set_default_device" in context.code or "set_default_tensor_type" in context.code
         self._callers: dict[int, list[tuple[cst.Call, int]] | None] = {}
+        self._any_caller = any_caller
         self._attributes: dict[str, list[cst.Attribute]] | None = None  # attribute name -> its nodes
         self._class_attributes: dict[int, dict[str, list[cst.BaseExpression] | None]] | None = None
         self._instances = PerBindings()  # the local class bindings hold an instance of
@@ -939,7 +985,8 @@ class Kinds:
             return self._built_module(self.class_fact(local), call)
         function = self._local_callee(call)
         if function is not None:
-            return self._returns_fact(function)
+            iterated = self._yielded_argument(call, function)
+            return self._fact(iterated) if iterated is not None else self._returns_fact(function)
         imported = self._project_call_fact(call)
         if imported is not None:
             return imported
@@ -957,6 +1004,17 @@ class Kinds:
         if callee.kind is Kind.MODULE:  # model(x)
             return Fact(Kind.TENSOR, _computed_on(callee.place))
         return BOTTOM if callee.kind is Kind.BOTTOM else UNKNOWN
+
+    def _yielded_argument(self, call: cst.Call, function: cst.FunctionDef) -> cst.BaseExpression | None:
+        """The argument of `call` whose items the generator `function` of this file yields:
+        `cycle(loader)` iterates the loader's batches, as `iter(loader)` does, whatever
+        other calls of `cycle` pass."""
+        from codemod.analysis.project import yielded_items_of
+
+        if self.class_of(function) is not None:
+            return None
+        param = yielded_items_of(self._context, function)
+        return passed_by(call, function, param) if param is not None else None
 
     def _loss_module_output(self, call: cst.Call) -> Fact | None:
         """`criterion(out, y)` for `criterion = nn.CrossEntropyLoss()` (or `self.criterion`):
@@ -1400,13 +1458,18 @@ class Kinds:
             fact = self.class_fact(classdef)
             if fact.kind is not Kind.UNKNOWN:
                 return fact
-        passed = self.passed(param) if not _is_init(function) else None
-        if passed:  # what every call of the function in this file passes
-            result = BOTTOM
-            for value in passed:
-                result = result.join(self._fact(value))
+        passed = self.arguments(param) if not _is_init(function) else None
+        if passed and all(value is not None for _, value in passed):  # what every call in this file passes
+            result = functools.reduce(Fact.join, (self._fact(value) for _, value in passed), BOTTOM)
+            if result.kind is Kind.LOADER:  # and, of a top-level function, the package's calls
+                loader = self._passed_loader(function, param, passed)
+                return loader if loader.kind is Kind.LOADER else result.with_memory(Memory.UNKNOWN)
             if result.kind is not Kind.UNKNOWN:
                 return result
+        elif self._unnamed_here(function) and self._iterated_or_handed_on(param):  # a loader other modules pass
+            found = self._passed_loader(function, param, [])
+            if found.kind is Kind.LOADER:
+                return found
         if param.annotation is not None:
             annotated = self.annotation_fact(param.annotation.annotation)
             if annotated.kind is not Kind.UNKNOWN:
@@ -1414,6 +1477,74 @@ class Kinds:
         if DEVICE_NAME.match(param.name.value):
             return Fact(Kind.DEVICE)
         return UNKNOWN
+
+    def _unnamed_here(self, function: cst.CSTNode | None) -> bool:
+        """Is `function` a plain top-level function of this file that the file never names
+        (so that only other modules can call it)?"""
+        if not isinstance(function, cst.FunctionDef) or function.decorators or self.class_of(function) is not None:
+            return False
+        scope = self.scopes.get(function)
+        found = list(scope.assignments[function.name.value]) if scope is not None else []
+        return len(found) == 1 and found[0].node is function and not found[0].references
+
+    def _iterated_or_handed_on(self, param: cst.Param) -> bool:
+        """Is `param` read where a loader it holds would matter: iterated (`for b in p`, a
+        comprehension) or handed to a call (`iter(p)`, `next(p)`, a generator over it,
+        another function)? Only then is it worth reading what other modules pass to it."""
+        if DEVICE_NAME.match(param.name.value):
+            return False
+        scope = self.scopes.get(param)
+        for binding in scope.assignments[param.name.value] if scope is not None else ():
+            for access in binding.references if binding.node is param else ():
+                parent = self.parents.get(access.node)
+                if isinstance(parent, cst.Arg) or (
+                    isinstance(parent, (cst.For, cst.CompFor)) and parent.iter is access.node
+                ):
+                    return True
+        return False
+
+    def _passed_loader(
+        self, function: cst.FunctionDef, param: cst.Param, here: list[tuple[cst.Call, cst.BaseExpression]]
+    ) -> Fact:
+        """The loader `param` of `function` takes from the calls `here` (of this file, each
+        passing a loader) and, of a top-level function, from the calls of the other modules
+        of its package (what one of those passes that cannot be told is what the annotation
+        of `param` says). Its batches are in the memory `passed_memory` makes of the
+        callers' loaders. UNKNOWN when a call of another module passes no loader or cannot
+        be followed; BOTTOM when no call passes one."""
+        project = self._project()
+        callers = [(project.shown_in(self._context, call), self._fact(value)) for call, value in here]
+        elsewhere = (
+            self._package_arguments(function, param) if self.parents.get(function) is self._context.module else []
+        )
+        if elsewhere is None:
+            return UNKNOWN
+        annotated = self.annotation_fact(param.annotation.annotation) if param.annotation is not None else UNKNOWN
+        for site, fact in elsewhere:
+            fact = annotated.with_memory(Memory.UNKNOWN) if fact.kind is Kind.UNKNOWN else fact
+            callers.append((site, fact))
+        loader = functools.reduce(Fact.join, (fact for _, fact in callers), BOTTOM)
+        if loader.kind is not Kind.LOADER:
+            return loader if loader.kind is Kind.BOTTOM else UNKNOWN
+        return loader.with_memory(passed_memory([(site, fact.memory) for site, fact in callers]))
+
+    def _package_arguments(self, function: cst.FunctionDef, param: cst.Param) -> list[tuple[str, Fact]] | None:
+        """What each call of `function` in the other modules of the package passes to `param`
+        (the call's `path:line`, the fact there); None when a call cannot be followed."""
+        key = (self._context.path, function.name.value, param.name.value)
+        if key in _PACKAGE_PARAMS_ASKED:  # modules that pass the loader back and forth
+            return None
+        project = self._project()
+        _PACKAGE_PARAMS_ASKED.add(key)
+        try:
+            found = project.package_arguments(function, param) if project.folder is not None else []
+            return (
+                [(project.shown_in(there, call), there.kinds.fact(value)) for there, call, value in found]
+                if found is not None
+                else None
+            )
+        finally:
+            _PACKAGE_PARAMS_ASKED.discard(key)
 
     # -- the file's own functions, methods and attributes ------------------------------
 
@@ -1963,6 +2094,8 @@ class Kinds:
         also used otherwise (passed as a value, called on something perfmod cannot see)
         or never called here."""
         key = id(function)
+        if function is self._any_caller:
+            return None
         if key not in self._callers:
             self._callers[key] = None  # a call of itself while this runs: unknown
             self._callers[key] = self._find_callers(function)

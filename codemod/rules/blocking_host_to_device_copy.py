@@ -3,7 +3,7 @@ from __future__ import annotations
 import libcst as cst
 
 from codemod.analysis.sizes import MIN_COPY_BYTES, sizes_of
-from codemod.analysis.values import Kind, Memory, Place
+from codemod.analysis.values import Kind, Memory, PassedMemory, Place
 from codemod.edits import AddKeyword
 from codemod.rule import Invalid, Level, Rule, Valid
 
@@ -88,9 +88,17 @@ class NonBlockingCopy(Rule):
     and through `iter`, `enumerate`, `zip` and `next`. A cast or other
     computation on a pinned tensor (`x.float().to(device)`) makes a new
     tensor in pageable memory: its copy is left alone (`x.to(device).float()`
-    copies the pinned tensor). A loader passed in as a parameter whose callers
-    cannot be seen, or one built with a `collate_fn` and no `pin_memory`,
-    holds batches of unknown memory and is left alone too.
+    copies the pinned tensor). A loader passed in as a parameter is followed
+    to every call of its function, in the file and in the other modules of
+    its package, and to wherever each caller got it (a function of a third
+    module that builds it). When at least one caller passes a loader built
+    pinned, the copy is fixed and its message names that call; the batches
+    of the loaders other callers pass (one that does not pin, or one perfmod
+    cannot tell) are copied synchronously as before, and the message names
+    those calls too. When no caller's loader pins, or a call cannot be
+    followed (the function handed on as a value), the copy is left alone; so
+    is the copy of a batch of a loader built with a `collate_fn` and no
+    `pin_memory`, whose memory is unknown.
     It leaves alone modules (`model.to(device)`), dtype-only conversions
     (`x.to(torch.float16)`), device-to-host copies (`.cpu()`, `.to("cpu")`),
     whose result the host could read before the copy lands, calls that already
@@ -258,7 +266,8 @@ class NonBlockingCopy(Rule):
             return
         if copy.target is Place.HOST or copy.receiver.kind is not Kind.TENSOR:
             return
-        if copy.receiver.place is not Place.HOST or copy.receiver.memory is not Memory.PINNED:
+        memory = copy.receiver.memory
+        if copy.receiver.place is not Place.HOST or not (memory is Memory.PINNED or isinstance(memory, PassedMemory)):
             return  # from pageable memory (or memory perfmod cannot tell) the copy overlaps nothing
         loops = self.context.loops
         if loops.step_loops and loops.runs_once(node):
@@ -272,4 +281,11 @@ class NonBlockingCopy(Rule):
         root = kinds.storage_root(node.func.value)
         if isinstance(root, cst.Name) and kinds.is_mutated_in_place(root):
             return
-        self.report(node, edits=[AddKeyword(node, "non_blocking", cst.Name("True"))])
+        message = None
+        if isinstance(memory, PassedMemory):
+            message = (
+                f"{self.MESSAGE}: the batches of the loader passed at {', '.join(memory.pinned)} are pinned "
+                f"(from the loaders passed at {', '.join(memory.others)}, not seen to pin theirs, "
+                "the copy stays synchronous)"
+            )
+        self.report(node, message, edits=[AddKeyword(node, "non_blocking", cst.Name("True"))])

@@ -5,8 +5,8 @@ computation on pageable tensors makes them; unknown otherwise."""
 
 import pytest
 
-from codemod.analysis.values import Memory
-from tests.analysis.test_kinds import facts_of_probes
+from codemod.analysis.values import Memory, PassedMemory
+from tests.analysis.test_kinds import HEAD, facts_of_probes
 
 LOADER = "ds = TensorDataset(torch.randn(8, 3), torch.randn(8))\n"
 CASES = [
@@ -52,3 +52,42 @@ CASES = [
 def test_memory(code, memory):
     (fact,) = facts_of_probes(code)
     assert fact.memory is memory, fact
+
+
+TRAIN = "def train(loader):\n    for x, y in loader:\n        probe(x)\n"
+
+
+@pytest.mark.parametrize(
+    ("calls", "memory"),
+    [
+        ("train(DL(ds, pin_memory=True))\ntrain(DL(ds, batch_size=2, pin_memory=True))", Memory.PINNED),
+        ("train(DL(ds))\ntrain(DL(ds, batch_size=2))", Memory.PAGEABLE),
+        ("train(DL(ds))\ntrain(DL(ds, **cfg))", Memory.UNKNOWN),
+        ("train(DL(ds, pin_memory=True))\ntrain(DL(ds))\ntrain(DL(ds, **cfg))", ((0,), (1, 2))),
+    ],
+    ids=["every-caller-pins", "none-pins", "none-seen-to-pin", "one-pins"],
+)
+def test_memory_of_a_loader_the_callers_pass(calls, memory):
+    """Pinned when every call passes a loader that pins, the callers' memory when none
+    does; when some do, which calls (`path:line`) pass loaders that pin, and which not."""
+    code = LOADER + TRAIN + calls
+    (fact,) = facts_of_probes(code)
+    if isinstance(memory, Memory):
+        assert fact.memory is memory, fact
+        return
+    first = (HEAD + LOADER + TRAIN).count("\n") + 1  # the line of the first call
+    pinned, others = memory
+    assert isinstance(fact.memory, PassedMemory)
+    assert [int(site.rpartition(":")[2]) - first for site in fact.memory.pinned] == list(pinned)
+    assert [int(site.rpartition(":")[2]) - first for site in fact.memory.others] == list(others)
+
+
+def test_batches_of_a_generator_over_a_loader_are_those_of_the_loader_it_is_given():
+    """`cycle` is called with a loader that pins and with one that does not: what each call
+    yields is the batches of its own loader."""
+    code = LOADER + (
+        "def cycle(loader):\n    while True:\n        for b in loader:\n            yield b\n"
+        "train = cycle(DL(ds, pin_memory=True))\nval = cycle(DL(ds))\n"
+        "probe(next(train)[0])\nfor x, y in val:\n    probe(x)"
+    )
+    assert [fact.memory for fact in facts_of_probes(code)] == [Memory.PINNED, Memory.PAGEABLE]

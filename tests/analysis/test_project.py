@@ -776,12 +776,13 @@ def test_loader_settings_passed_in_by_the_module_that_starts_the_training(tmp_pa
     `main.py` (a module that imports `train.py`, not one it imports) fills with
     `pin_memory` and `num_workers` under CUDA and hands to each `mp.Process`. Neither
     is missing, so neither is reported; a `main.py` that sets neither gets both reports,
-    and the cache entry records `main.py` as read."""
+    and the cache entry records `main.py` as read, and the folder whose files were read
+    for what the callers of `train` pass (a new module there could call it too)."""
     root = _project(tmp_path, {"train.py": HOGWILD_TRAIN, "main.py": HOGWILD_MAIN})
     result = _check(root / "train.py", "PM102", "PM201")
     assert result.error is None, result.error
     assert [f.code for f in result.findings] == []
-    assert {Path(d.path).name for d in result.dependencies} == {"main.py"}
+    assert {Path(d.path).name for d in result.dependencies} == {"main.py", root.name}
 
     (root / "main.py").write_text(HOGWILD_MAIN.replace('"num_workers": 1, "pin_memory": True', '"drop_last": True'))
     result = _check(root / "train.py", "PM102", "PM201")
@@ -887,28 +888,147 @@ def test_the_importers_of_a_module_are_those_whose_imports_name_it(tmp_path):
     assert importers == ["absolute.py", "dotted.py", "grouped.py", "sub/deep.py"]
 
 
-def test_only_the_callees_spelled_with_the_functions_name_are_resolved(tmp_path, monkeypatch):
-    """Looking for the calls of one function in an importer resolves only the calls spelled
-    with its name: resolving another reads the module it comes from."""
+@pytest.mark.parametrize(
+    ("caller", "expected"),
+    [
+        ("from pkg.run import fit\nfit(1, loader=make())\n", ["2: make()"]),
+        ("from pkg import run\nrun.fit(2, make())\nrun.fit(3, other)\n", ["2: make()", "3: other"]),
+        ("import pkg.run\n", []),  # imported, never called
+        ("from pkg.run import fit\nfit(1)\n", None),  # the default taken: not a caller's loader
+        ("from pkg.run import fit\nfit(*args)\n", None),
+        ("from pkg import run\nsteps = {'fit': run.fit}\n", None),  # handed on as a value
+        (
+            "import multiprocessing as mp\nfrom pkg.run import fit\nmp.Process(target=fit, args=(1, make())).start()\n",
+            None,
+        ),
+    ],
+    ids=["keyword", "two-calls", "uncalled", "default", "star-args", "as-a-value", "process"],
+)
+def test_what_the_other_modules_of_the_package_pass_to_a_parameter(tmp_path, caller, expected):
+    root = _project(
+        tmp_path,
+        {"pkg/run.py": "def fit(steps, loader=None):\n    return loader\n", "pkg/sub/main.py": caller},
+    )
+    (root / "pkg" / "sub" / "__init__.py").write_text("")
+    source = (root / "pkg" / "run.py").read_text()
+    context = FileContext(cst.parse_module(source), str(root / "pkg" / "run.py"), Settings(), source)
+    function = context.module.body[0]
+    found = project_of(context).package_arguments(function, function.params.params[1])
+    shown = (
+        None if found is None else [f"{there.line(call)}: {there.source(argument)}" for there, call, argument in found]
+    )
+    assert shown == expected
+
+
+def _asking(path: Path) -> tuple[FileContext, cst.FunctionDef]:
+    """A fresh analysis of the module at `path` (as each file of a project run gets), and
+    its first function."""
+    source = path.read_text()
+    context = FileContext(cst.parse_module(source), str(path), Settings(), source)
+    return context, next(s for s in context.module.body if isinstance(s, cst.FunctionDef))
+
+
+def test_the_package_callers_of_a_function_are_read_once_while_no_file_changes(tmp_path, monkeypatch):
+    """Every file of a project run that asks who calls `fit` is answered from one reading of
+    the package; a caller added since is found."""
     from codemod.analysis import project as project_module
-    from tests.package_support import write_package
 
-    files = {
-        "data.py": "def make(n):\n    return n\n",
-        "helpers.py": "def other(n):\n    return n\n",
-        "run.py": "from .data import make\nfrom .helpers import other\n\nx = other(make(2))\n",
-    }
-    folder = write_package(tmp_path, "callees", files)
-    context = FileContext.of_source((folder / "data.py").read_text(), str(folder / "data.py"), Settings())
-    resolved = []
-    resolve = project_module.Project.function
+    read = []
+    calls_of = project_module._calls_of
+    monkeypatch.setattr(
+        project_module, "_calls_of", lambda module, *rest: read.append(module.path) or calls_of(module, *rest)
+    )
+    root = _project(
+        tmp_path,
+        {
+            "pkg/run.py": "def fit(steps, loader=None):\n    return loader\n",
+            "pkg/main.py": "from pkg.run import fit\nfit(1, make())\n",
+        },
+    )
+    for _ in range(2):
+        context, function = _asking(root / "pkg" / "run.py")
+        found = project_of(context).package_arguments(function, function.params.params[1])
+        assert [there.source(argument) for there, _, argument in found] == ["make()"]
+    assert read == [str(root / "pkg" / "main.py")]
 
-    def spy(self, func):
-        resolved.append(self.context.source(func))
-        return resolve(self, func)
+    (root / "pkg" / "again.py").write_text("from pkg.run import fit\nfit(2, other)\n")
+    context, function = _asking(root / "pkg" / "run.py")
+    found = project_of(context).package_arguments(function, function.params.params[1])
+    assert sorted(there.source(argument) for there, _, argument in found) == ["make()", "other"]
 
-    monkeypatch.setattr(project_module.Project, "function", spy)
-    make = next(s for s in context.module.body if isinstance(s, cst.FunctionDef))
-    calls = project_of(context).package_calls(make)
-    assert [Path(module.path).name for module, _ in calls] == ["run.py"]
-    assert resolved == ["make"]
+
+def test_only_calls_named_as_the_function_are_followed_to_their_modules(tmp_path):
+    """Looking for the calls of `fit`, the module of every other function a caller calls is
+    not read (`helper` of `pkg/tools.py`)."""
+    from codemod.analysis import project as project_module
+
+    root = _project(
+        tmp_path,
+        {
+            "pkg/run.py": "def fit(steps, loader=None):\n    return loader\n",
+            "pkg/tools.py": "def helper():\n    return 1\n",
+            "pkg/main.py": "from pkg.run import fit as train\nfrom pkg.tools import helper\ntrain(helper(), make())\n",
+        },
+    )
+    context, function = _asking(root / "pkg" / "run.py")
+    found = project_of(context).package_arguments(function, function.params.params[1])
+    assert [there.source(argument) for there, _, argument in found] == ["make()"]  # called under another name
+    assert str(root / "pkg" / "tools.py") not in project_module._MODULES
+
+
+@pytest.mark.parametrize(
+    ("returned", "expected"),
+    [
+        ("loader", (Kind.LOADER, "Memory.PINNED")),  # built in the function: the same for every caller
+        ("rows", None),  # its parameter: what this module's call passes is no other caller's
+    ],
+)
+def test_what_a_function_returns_to_another_module_that_its_own_module_calls_too(tmp_path, returned, expected):
+    root = _project(
+        tmp_path,
+        {
+            "pkg/data.py": f"""\
+                import torch
+                from torch.utils.data import DataLoader
+
+
+                def make(rows):
+                    loader = DataLoader(rows, batch_size=4, pin_memory=True)
+                    return {returned}, 0
+
+
+                def small():
+                    return make(torch.zeros(8, 2))
+            """,
+            "pkg/main.py": "from pkg.data import make\n\nloader, _ = make(rows)\n",
+        },
+    )
+    source = (root / "pkg" / "main.py").read_text()
+    context = FileContext(cst.parse_module(source), str(root / "pkg" / "main.py"), Settings(), source)
+    function = project_of(context).function(context.module.body[1].body[0].value.func)
+    found = project_of(context).returned(function, (0,))
+    assert (None if found is None else (found.kind, str(found.memory))) == expected
+
+
+def test_only_a_parameter_iterated_or_handed_on_is_asked_of_the_packages_callers(tmp_path, monkeypatch):
+    """What other modules pass to a parameter is read only where a loader it held would
+    matter: `loader`, iterated; not `config` (its attribute read), `hook` (called) nor
+    `device` (named as a device)."""
+    from codemod.analysis.project import Project
+
+    root = _project(
+        tmp_path,
+        {
+            "pkg/run.py": "def fit(config, device, loader, hook):\n    hook(config.lr)\n"
+            "    for b in loader:\n        b.to(device)\n",
+            "pkg/main.py": "from pkg.run import fit\nfit(cfg, 'cpu', make(), print)\n",
+        },
+    )
+    asked = []
+    monkeypatch.setattr(
+        Project, "package_arguments", lambda self, function, param: asked.append(param.name.value) or []
+    )
+    context, function = _asking(root / "pkg" / "run.py")
+    for name in context.index.find(cst.Name, within=function.body):
+        context.kinds.fact(name)
+    assert asked == ["loader"]
