@@ -350,6 +350,11 @@ class Loaders:
         file it calls (followed a few calls deep)?"""
         return self._calls_method(body(loop), BACKWARD_METHODS, 0)
 
+    @functools.cached_property
+    def training_loops(self) -> list[cst.For]:
+        """The `for` loops of the file that train (`trains`), in the order they are written."""
+        return [loop for loop in self.index.find(cst.For) if self.trains(loop)]
+
     @memoized
     def _calls_method(self, region: cst.CSTNode, methods: frozenset[str], depth: int) -> bool:
         """Does `region` call one of `methods`, itself or in the functions and methods of this

@@ -243,9 +243,7 @@ class BatchCopiedInTheStep(Rule):
             return
         done: set[int] = set()
         refused: dict[int, str] = {}  # id(loop) -> why its copies are not rewritten
-        for loop in self.context.index.find(cst.For) if loaders.constructions else ():
-            if not loaders.trains(loop):
-                continue
+        for loop in loaders.training_loops if loaders.constructions else ():
             why = self._check(loop)
             if why is None:
                 done.add(id(loop))

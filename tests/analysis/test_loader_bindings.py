@@ -93,3 +93,25 @@ def test_a_loader_handed_back_by_a_set_up_call_is_the_one_given_to_it():
     # the model and optimizer it hands back are no loaders
     [prepare] = [c for c in ctx.index.find(cst.Call) if ctx.source(c.func) == "accelerator.prepare"]
     assert not ctx.loaders.only_loaders(prepare, (0,), 0) and ctx.loaders.only_loaders(prepare, (2,), 0)
+
+
+def test_the_training_loops_are_the_for_loops_that_run_a_backward_pass_in_order():
+    source = textwrap.dedent(
+        """\
+        def step(model, x):
+            model(x).sum().backward()
+
+        for x in loader:
+            print(x)
+        for x in loader:
+            step(model, x)
+        while True:
+            model(x).sum().backward()
+        for epoch in range(3):
+            for x in loader:
+                model(x).sum().backward()
+        """
+    )
+    context = FileContext.of_source(source)
+    loops = context.loaders.training_loops
+    assert [context.source(loop.iter) for loop in loops] == ["loader", "range(3)", "loader"]
