@@ -284,8 +284,9 @@ class NonBlockingCopy(Rule):
         message = None
         if isinstance(memory, PassedMemory):
             message = (
-                f"{self.MESSAGE}: the batches of the loader passed at {', '.join(memory.pinned)} are pinned "
-                f"(from the loaders passed at {', '.join(memory.others)}, not seen to pin theirs, "
-                "the copy stays synchronous)"
+                f"{self.MESSAGE}: the batches of the loader passed at {', '.join(memory.pinned)} are pinned; "
+                f"for those of the loader{'s' if len(memory.others) > 1 else ''} passed at "
+                f"{', '.join(memory.others)}, not seen to be pinned, "
+                "the copy stays synchronous"
             )
         self.report(node, message, edits=[AddKeyword(node, "non_blocking", cst.Name("True"))])

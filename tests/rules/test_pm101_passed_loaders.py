@@ -152,8 +152,8 @@ def test_a_second_caller_with_an_unpinned_loader_keeps_the_fix_and_is_named(tmp_
     assert [f.line for f in result.findings] == [12]
     assert result.findings[0].message == (
         "host-to-device copy blocks the CPU; pass non_blocking=True: the batches of the loader passed at "
-        "spdlike/main.py:13 are pinned (from the loaders passed at spdlike/other.py:17, not seen to pin "
-        "theirs, the copy stays synchronous)"
+        "spdlike/main.py:13 are pinned; for those of the loader passed at spdlike/other.py:17, not seen to "
+        "be pinned, the copy stays synchronous"
     )
     rewritten = result.new_source.decode()
     assert FIXED in rewritten
@@ -193,7 +193,7 @@ def test_a_caller_whose_loader_cannot_be_told_is_taken_at_the_parameters_annotat
     )
     result = check_unsafe(folder / "run.py", "PM101")
     assert [f.line for f in result.findings] == [12]
-    assert "passed at spdlike/other.py:5, not seen to pin theirs" in result.findings[0].message
+    assert "passed at spdlike/other.py:5, not seen to be pinned" in result.findings[0].message
     _trains_the_same(tmp_path, folder, result.new_source.decode())
 
 
