@@ -6,7 +6,6 @@ its entry says, and each dataset and data function does what its entry says."""
 
 from __future__ import annotations
 
-import importlib
 import inspect
 import warnings
 
@@ -33,20 +32,7 @@ from codemod.analysis.torch_ops import (
 )
 from codemod.analysis.values import Kind
 from codemod.context import FileContext
-
-
-def _resolve(name: str):
-    parts = name.split(".")
-    for cut in range(len(parts) - 1, 0, -1):  # the longest module path, then attributes
-        try:
-            found = importlib.import_module(".".join(parts[:cut]))
-        except ModuleNotFoundError:
-            continue
-        for attribute in parts[cut:]:
-            found = getattr(found, attribute)
-        return found
-    raise ModuleNotFoundError(name)
-
+from tests.torch_support import resolve
 
 TABLES = [OPTIMIZERS, SCHEDULERS, DEFAULT_TENSOR_TYPES, DATASETS, DATA_FUNCTIONS, LOADERS]
 
@@ -55,7 +41,7 @@ TABLES = [OPTIMIZERS, SCHEDULERS, DEFAULT_TENSOR_TYPES, DATASETS, DATA_FUNCTIONS
 def test_every_name_is_torchs_and_names_of_one_object_are_one_entry(table):
     by_object: dict[int, set[object]] = {}
     for name, entry in table.items():
-        by_object.setdefault(id(_resolve(name)), set()).add(entry)
+        by_object.setdefault(id(resolve(name)), set()).add(entry)
     assert all(len(entries) == 1 for entries in by_object.values())
 
 
@@ -74,7 +60,7 @@ def _parameters() -> list[torch.nn.Parameter]:
 @pytest.mark.parametrize("name", sorted(OPTIMIZERS))
 def test_an_optimizer_takes_the_implementation_keywords_it_is_said_to_and_rejects_the_others(name):
     optimizer = OPTIMIZERS[name]
-    cls = _resolve(name)
+    cls = resolve(name)
     assert set(inspect.signature(cls).parameters) & set(IMPLEMENTATION_KEYWORDS) == set(optimizer.accepts)
     for keyword in set(IMPLEMENTATION_KEYWORDS) - set(optimizer.accepts):
         with pytest.raises(TypeError, match=keyword):
@@ -113,7 +99,7 @@ def test_an_optimizer_keeps_the_state_tensors_of_a_parameters_shape_its_entry_sa
     for switched_on in ((), *((option,) for option in options), options):
         model = torch.nn.Linear(3, 2)
         flags = {option: STATE_OPTIONS_ON[option] for option in switched_on}
-        stepper = _resolve(name)(model.parameters(), lr=0.01, **flags)
+        stepper = resolve(name)(model.parameters(), lr=0.01, **flags)
         model(torch.randn(4, 3)).sum().backward()
         stepper.step()
         state = stepper.state[model.weight].values()
@@ -144,7 +130,7 @@ def _scheduler(name: str, optimizer: torch.optim.Optimizer):
         return lr_scheduler.SequentialLR(optimizer, parts, milestones=[2])
     if short == "ChainedScheduler":
         return lr_scheduler.ChainedScheduler([lr_scheduler.ConstantLR(optimizer), lr_scheduler.StepLR(optimizer, 1)])
-    return _resolve(name)(optimizer, **SCHEDULER_ARGUMENTS.get(short, {}))
+    return resolve(name)(optimizer, **SCHEDULER_ARGUMENTS.get(short, {}))
 
 
 def _written_keys(name: str, optimizer: torch.optim.Optimizer) -> set[str]:
@@ -204,7 +190,7 @@ def test_a_zero_gradient_step_of_plain_sgd_reads_no_learning_rate():
 @pytest.mark.parametrize("name", sorted(DEFAULT_TENSOR_TYPES))
 def test_a_default_tensor_type_makes_its_dtype_the_default(name):
     dtype = getattr(torch, DEFAULT_TENSOR_TYPES[name])
-    tensor_type = _resolve(name)
+    tensor_type = resolve(name)
     assert tensor_type.dtype == dtype
     if ".cuda." in name:
         return  # set only where CUDA is
@@ -239,7 +225,7 @@ def _same(a, b) -> bool:
 
 def test_the_dataset_classes_are_torchs_and_iterable_as_said():
     for name, dataset in DATASETS.items():
-        cls = _resolve(name)
+        cls = resolve(name)
         assert issubclass(cls, data.Dataset)
         assert issubclass(cls, data.IterableDataset) == dataset.iterable, name
     assert torch_facts.ITERABLE_DATASET in datasets(iterable=True)
@@ -248,14 +234,14 @@ def test_the_dataset_classes_are_torchs_and_iterable_as_said():
 def test_the_items_of_a_dataset_of_rows_are_rows_of_its_tensors():
     for name in datasets(rows_of_tensors=True):
         tensors = (torch.randn(5, 3), torch.arange(5))
-        dataset = _resolve(name)(*tensors)
+        dataset = resolve(name)(*tensors)
         assert all(_same(dataset[i], tuple(t[i] for t in tensors)) for i in range(5))
 
 
 def test_a_dataset_of_datasets_gives_its_parts_items():
     for name in datasets(of_datasets=True):
         build, item = OF_DATASETS[name.rpartition(".")[2]]
-        assert _same(build(_resolve(name))[1], item), name
+        assert _same(build(resolve(name))[1], item), name
 
 
 def test_a_rebuildable_dataset_built_twice_is_the_same_and_draws_nothing():
@@ -263,30 +249,30 @@ def test_a_rebuildable_dataset_built_twice_is_the_same_and_draws_nothing():
         short = name.rpartition(".")[2]
         build = OF_DATASETS[short][0] if short in OF_DATASETS else lambda cls: cls(*ROWS.tensors)
         state = torch.get_rng_state()
-        first, second = build(_resolve(name)), build(_resolve(name))
+        first, second = build(resolve(name)), build(resolve(name))
         assert torch.equal(torch.get_rng_state(), state)
         assert len(first) == len(second) and all(_same(first[i], second[i]) for i in range(len(first)))
 
 
 def test_a_split_gives_subsets_of_its_first_argument():
     for name in data_functions(DataFunction.SPLIT):
-        parts = _resolve(name)(ROWS, [4, 2])
+        parts = resolve(name)(ROWS, [4, 2])
         assert all(isinstance(part, data.Subset) and part.dataset is ROWS for part in parts)
 
 
 def test_each_kind_of_data_function_is_one_function_under_each_name():
     for kind in DataFunction:
-        assert len({id(_resolve(name)) for name in data_functions(kind)}) == 1, kind
-    (get_worker_info,) = {_resolve(name) for name in data_functions(DataFunction.WORKER_INFO)}
+        assert len({id(resolve(name)) for name in data_functions(kind)}) == 1, kind
+    (get_worker_info,) = {resolve(name) for name in data_functions(DataFunction.WORKER_INFO)}
     assert get_worker_info() is None  # not in a loader's worker
-    (collate,) = {_resolve(name) for name in data_functions(DataFunction.COLLATE)}
+    (collate,) = {resolve(name) for name in data_functions(DataFunction.COLLATE)}
     assert _same(collate([ROWS[0], ROWS[1]]), [torch.stack([ROWS[0][0], ROWS[1][0]]), torch.tensor([0, 1])])
 
 
 def test_the_worker_options_are_a_loaders_and_raise_without_workers():
     values = {"persistent_workers": True, "prefetch_factor": 2, "multiprocessing_context": "spawn"}
     for name, loader in LOADERS.items():
-        cls = _resolve(name)
+        cls = resolve(name)
         assert set(loader.worker_options) <= set(inspect.signature(cls).parameters)
         assert set(loader.worker_options) - {"num_workers"} == set(values)
         for option, value in values.items():

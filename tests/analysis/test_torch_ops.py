@@ -37,6 +37,7 @@ from codemod.analysis.torch_ops import (
     methods,
     module_methods,
 )
+from tests.torch_support import resolve
 
 # Arguments beyond the tensor for entries that need them.
 EXTRA = {
@@ -95,28 +96,13 @@ EXTRA = {
 }
 
 
-def _resolve(name: str):
-    if name.startswith(METHOD):
-        return getattr(torch.Tensor, name.removeprefix(METHOD))
-    parts = name.split(".")
-    for cut in range(len(parts) - 1, 0, -1):  # the longest module path, then attributes (a class's methods)
-        try:
-            found = importlib.import_module(".".join(parts[:cut]))
-        except ModuleNotFoundError:
-            continue
-        for attribute in parts[cut:]:
-            found = getattr(found, attribute)
-        return found
-    raise ModuleNotFoundError(name)
-
-
 def _call(name: str, tensor: torch.Tensor):
     short = name.rsplit(".", 1)[1]
     extra = EXTRA.get(short.rstrip("_"), EXTRA.get(short, ()))
     args, kwargs = (extra, {}) if isinstance(extra, tuple) else ((), extra)
     if name.startswith(METHOD):
         return getattr(tensor, short)(*args, **kwargs)
-    return _resolve(name)(tensor, *args, **kwargs)
+    return resolve(name)(tensor, *args, **kwargs)
 
 
 def test_one_entry_a_name():
@@ -133,14 +119,14 @@ def test_every_name_exists_in_torch(name):
         pytest.skip("safetensors is not installed")
     if name.startswith(OUT_OF_TREE):
         pytest.skip("a device of an out-of-tree package")
-    target = _resolve(name)
+    target = resolve(name)
     # A setting is a function or a flag of torch.backends (`allow_tf32`: a bool; `fp32_precision`: a str).
     assert callable(target) or (OPS[name].category is Category.SETTING and isinstance(target, (bool, str)))
 
 
 @pytest.mark.parametrize("name", sorted(OPS))
 def test_the_module_classes_are_torch_nn_modules(name):
-    target = _resolve(name) if not name.startswith(OUT_OF_TREE) and not name.startswith("safetensors.") else None
+    target = resolve(name) if not name.startswith(OUT_OF_TREE) and not name.startswith("safetensors.") else None
     is_module = inspect.isclass(target) and issubclass(target, torch.nn.Module)
     assert OPS[name].module == is_module, name
 
@@ -149,22 +135,22 @@ def test_the_entries_of_torchs_other_objects_are_what_their_category_says():
     """Containers hold modules, wrappers run their model's forward, autocasts are autocast
     context managers, scalers are GradScalers, and a process's queries answer Python ints."""
     for name in functions(Category.CONTAINER):
-        assert issubclass(_resolve(name), torch.nn.Module) and hasattr(_resolve(name)(), "__len__"), name
+        assert issubclass(resolve(name), torch.nn.Module) and hasattr(resolve(name)(), "__len__"), name
     model = torch.nn.Linear(2, 2)
     for name in functions(Category.WRAPPER):  # without a process group, DDP is only checked to wrap
-        wrapper = _resolve(name)
+        wrapper = resolve(name)
         if name.endswith("DistributedDataParallel"):
             assert "module" in inspect.signature(wrapper).parameters
             continue
         x = torch.rand(3, 2)
         torch.testing.assert_close(wrapper(model)(x), model(x))
     for name in functions(Category.AUTOCAST):
-        assert issubclass(_resolve(name), torch.amp.autocast), name
+        assert issubclass(resolve(name), torch.amp.autocast), name
     for name in functions(Category.GRAD_SCALER):
-        assert issubclass(_resolve(name), torch.amp.GradScaler), name
+        assert issubclass(resolve(name), torch.amp.GradScaler), name
     for name in functions(Category.PROCESS):
         if OPS[name].python is not None:
-            assert inspect.signature(_resolve(name)).return_annotation.__name__ == OPS[name].python, name
+            assert inspect.signature(resolve(name)).return_annotation.__name__ == OPS[name].python, name
     assert isinstance(torch.cuda.device_count(), int) and isinstance(torch.accelerator.device_count(), int)
     # None of them is an operation: the views over every category leave them out.
     others = functions(
@@ -186,7 +172,7 @@ def test_the_entries_of_torchs_other_objects_are_what_their_category_says():
 def test_clipping_functions_clip_the_gradients_they_are_given(name):
     parameter = torch.nn.Parameter(torch.zeros(4))
     parameter.grad = torch.full((4,), 10.0)
-    _resolve(name)([parameter], 1.0)
+    resolve(name)([parameter], 1.0)
     assert parameter.grad.abs().max() <= 1.0 + 1e-6
 
 
@@ -298,7 +284,7 @@ def test_random_functions_draw_from_the_global_generator(name):
     }.get(name, (torch.rand(4, 8) if "like" in name or name.startswith(FUNCTIONAL) else (4, 8),))
     args = args if isinstance(args, tuple) else (args,)
     kwargs = {"training": True} if "dropout" in name and name.startswith(FUNCTIONAL) else {}
-    function = _resolve(name)
+    function = resolve(name)
     torch.manual_seed(0)
     first = function(*args, **kwargs)
     torch.manual_seed(0)
@@ -318,13 +304,13 @@ def test_every_loss_torch_has_is_in_the_table():
 @pytest.mark.parametrize("name", sorted(n for n, op in OPS.items() if op.loss is not None))
 def test_each_loss_has_torchs_defaults(name):
     loss = OPS[name].loss
-    target = _resolve(name)
+    target = resolve(name)
     parameters = inspect.signature(target.__init__ if inspect.isclass(target) else target).parameters
     assert parameters["reduction"].default == loss.reduction
     if loss.ignore_index is not None:
         assert parameters["ignore_index"].default == loss.ignore_index
     if inspect.isclass(target):
-        assert _resolve(f"{FUNCTIONAL}.{loss.functional}") is not None
+        assert resolve(f"{FUNCTIONAL}.{loss.functional}") is not None
 
 
 FUNCTIONAL_LOSSES = sorted(n for n, op in OPS.items() if op.loss is not None and n.startswith(FUNCTIONAL))
@@ -338,7 +324,7 @@ def test_each_loss_unreduced_shape_options_and_batchmean_are_torchs(name):
     loss's shape (the target's for class targets, else the input's), the keywords that
     change each element's loss, and `batchmean` as the sum over the input's first size."""
     loss = OPS[name].loss
-    function = _resolve(name)
+    function = resolve(name)
     torch.manual_seed(0)
     x = torch.randn(4, 5, dtype=torch.float64)
     if loss.class_targets:
@@ -507,7 +493,7 @@ def test_the_analyses_tables_of_torch_names_are_torchs():
         TORCH_COMPILERS,
     )
 
-    assert all(callable(_resolve(name)) for name in (*TORCH_COMPILERS, *GRAD_FREE_CONTEXTS))
+    assert all(callable(resolve(name)) for name in (*TORCH_COMPILERS, *GRAD_FREE_CONTEXTS))
     for method in GRAD_RESET_METHODS:
         grad = torch.ones(3)
         args = (0.0,) if method == "fill_" else ()
@@ -704,7 +690,7 @@ def test_metadata_methods_answer_with_python_values():
 def test_reductions_take_the_dim_first_and_norms_after_the_order(name):
     x = torch.rand(2, 3, 4)
     before_dim = (2,) if OPS[name].category is Category.NORM else ()
-    function = _resolve(name)
+    function = resolve(name)
     assert function(x, *before_dim, 1).shape == (2, 4)
     if name != "torch.count_nonzero":  # the one without `keepdim`
         assert function(x, *before_dim, 1, keepdim=True).shape == (2, 1, 4)
@@ -798,7 +784,7 @@ def test_the_moves_are_told_or_go_to_the_host_and_factories_are_told():
     host-only ones do not, and a tensor's own factories make theirs where it is."""
     for name in functions(Category.FACTORY, placement=Placement.TOLD):
         if name.startswith("torch."):
-            assert "device" in str(_resolve(name).__doc__) or name.endswith("_mask"), name
+            assert "device" in str(resolve(name).__doc__) or name.endswith("_mask"), name
     host = functions(placement=Placement.HOST)
     assert host == {"torch.from_numpy", "torch.frombuffer"}
     import numpy as np
@@ -911,7 +897,7 @@ def _input_for(name: str, batch: int) -> torch.Tensor:
 
 def _layer(name: str) -> torch.nn.Module:
     short = name.rsplit(".", 1)[1]
-    return _resolve(name)(*LAYER_ARGUMENTS.get(short, ()), **({"scale_factor": 2} if short == "Upsample" else {}))
+    return resolve(name)(*LAYER_ARGUMENTS.get(short, ()), **({"scale_factor": 2} if short == "Upsample" else {}))
 
 
 @pytest.mark.parametrize("name", LAYERS)
@@ -929,14 +915,14 @@ def test_a_layer_mixes_the_batch_exactly_when_a_samples_row_depends_on_the_other
     if OPS[name].module:
         layer = _layer(name).train()
     else:  # `F.batch_norm` with no running statistics: the batch's
-        layer = lambda batch: _resolve(name)(batch, None, None, training=True)  # noqa: E731
+        layer = lambda batch: resolve(name)(batch, None, None, training=True)  # noqa: E731
     with torch.no_grad():
         alike = torch.allclose(layer(x)[0], layer(x[:2])[0])
     assert OPS[name].mixes_batch == (not alike)
 
 
 def _parameter_names(name: str) -> list[str]:
-    target = _resolve(name)
+    target = resolve(name)
     try:
         return list(inspect.signature(target).parameters)
     except ValueError:  # a builtin of torch (`torch.dropout`): its ATen schema names its arguments
@@ -951,10 +937,10 @@ def test_each_dropout_takes_its_probability_where_the_table_says(name):
     assert _parameter_names(name)[position] == keyword
     x = _input_for(name, 4)
     if OPS[name].module:
-        build = _resolve(name)
+        build = resolve(name)
         run = lambda p: build(*[0.5] * position, p).train()(x)  # noqa: E731
     else:
-        run = lambda p: _resolve(name)(*[x, 0.5][:position], p, True)  # noqa: E731
+        run = lambda p: resolve(name)(*[x, 0.5][:position], p, True)  # noqa: E731
     assert torch.equal(run(0.0), x)
     assert not torch.isclose(run(1.0), x).any()
 
@@ -964,7 +950,7 @@ def test_grad_modes_record_a_graph_as_the_table_says(name):
     records = OPS[name].records_graph
     for outside in (torch.no_grad, torch.enable_grad):
         for told in (True, False) if records is None else (None,):
-            with outside(), _resolve(name)(*(() if told is None else (told,))):
+            with outside(), resolve(name)(*(() if told is None else (told,))):
                 assert torch.is_grad_enabled() == (told if records is None else records)
 
 
@@ -972,19 +958,19 @@ def test_cuda_probes_tell_whether_the_process_has_a_cuda_device():
     probes = functions(Category.PROCESS, device_probe="cuda")
     assert probes
     for name in probes:
-        assert bool(_resolve(name)()) == (torch.cuda.device_count() > 0), name
+        assert bool(resolve(name)()) == (torch.cuda.device_count() > 0), name
 
 
 def test_cache_releases_are_the_cuda_allocators_and_free_what_it_holds_unused():
     releases = functions(Category.PROCESS, frees_cache=True)
-    assert {_resolve(name) for name in releases} == {torch.cuda.memory.empty_cache}
+    assert {resolve(name) for name in releases} == {torch.cuda.memory.empty_cache}
     if not torch.cuda.is_available():
         pytest.skip("no CUDA device")
     block = torch.empty(64 << 20, dtype=torch.uint8, device="cuda")
     del block
     assert torch.cuda.memory_reserved() > 0
     for name in releases:
-        _resolve(name)()
+        resolve(name)()
         assert torch.cuda.memory_reserved() == 0
 
 
@@ -996,7 +982,7 @@ _FLOAT32_PRECISION = "(b.cuda.matmul.fp32_precision, b.cudnn.conv.fp32_precision
 def test_float32_precision_settings_change_how_float32_products_run(name):
     """Each, set to another value, changes what torch says float32 products run in (in a
     process of its own: torch refuses to read a mix of its two ways of setting it)."""
-    value = _resolve(name)
+    value = resolve(name)
     if callable(value):  # `set_float32_matmul_precision`, "highest" by default
         statement = f"{name}('high')"
     elif isinstance(value, bool):
@@ -1022,14 +1008,14 @@ def test_measures_are_sizes_never_negative():
 @pytest.mark.parametrize("name", sorted(functions(totals=True)))
 def test_totals_add_up_or_average_every_element(name):
     x = torch.rand(3, 4, dtype=torch.float64)
-    total = _resolve(name)(x)
+    total = resolve(name)(x)
     assert total.shape == ()
     assert total.item() in (pytest.approx(sum(x.flatten().tolist())), pytest.approx(sum(x.flatten().tolist()) / 12))
 
 
 @pytest.mark.parametrize("name", sorted(functions(permutes=True)))
 def test_permutations_are_orders_of_range_n(name):
-    assert torch.equal(_resolve(name)(7).sort().values, torch.arange(7))
+    assert torch.equal(resolve(name)(7).sort().values, torch.arange(7))
 
 
 def test_the_compilers_compile_with_dynamo():
@@ -1037,7 +1023,7 @@ def test_the_compilers_compile_with_dynamo():
 
     assert functions(Category.WRAPPER, compiles=True) and module_methods(compiles=True)
     for name in functions(Category.WRAPPER, compiles=True):
-        assert isinstance(_resolve(name)(torch.nn.Linear(2, 2)), OptimizedModule), name
+        assert isinstance(resolve(name)(torch.nn.Linear(2, 2)), OptimizedModule), name
     for name in module_methods(compiles=True):
         module = torch.nn.Linear(2, 2)
         getattr(module, name)()
@@ -1146,7 +1132,7 @@ def test_device_and_dtype_keeping_methods_give_a_floating_tensor_where_their_rec
 def test_module_tables_hold_their_modules_as_a_list_or_a_dict(name):
     linear = torch.nn.Linear(2, 2)
     holds = OPS[name].holds
-    table = _resolve(name)([linear] if holds == "list" else {"linear": linear})
+    table = resolve(name)([linear] if holds == "list" else {"linear": linear})
     assert list(table.values() if holds == "dict" else table) == [linear]
 
 
@@ -1177,13 +1163,13 @@ NOT_TENSOR_ARGUMENTS = {
     sorted(
         name
         for name in functions(Category.SETTING, Category.TYPES) | functions(Category.METADATA, Category.TO_HOST)
-        if callable(_resolve(name)) and name != "torch.set_num_interop_threads"  # once a process, before any work
+        if callable(resolve(name)) and name != "torch.set_num_interop_threads"  # once a process, before any work
     ),
 )
 def test_settings_types_and_reads_answer_no_tensor_or_a_host_tensor(name):
     state = torch.get_rng_state()
     try:
-        result = _resolve(name)(*NOT_TENSOR_ARGUMENTS.get(OPS[name].short, ()))
+        result = resolve(name)(*NOT_TENSOR_ARGUMENTS.get(OPS[name].short, ()))
     finally:
         torch.set_rng_state(state)  # `torch.seed()` reseeds the generator
     if OPS[name].placement is Placement.HOST:
@@ -1203,6 +1189,6 @@ def test_pairwise_functions_multiply_matrices(name):
 
     x = torch.rand(40, 8)
     with profile() as run:
-        _resolve(name)(*((x, x) if OPS.get(name, None) and OPS[name].short == "cdist" else (x,)))
+        resolve(name)(*((x, x) if OPS.get(name, None) and OPS[name].short == "cdist" else (x,)))
     products = {"aten::mm", "aten::bmm", "aten::addmm", "aten::matmul"}
     assert bool(products & {event.name for event in run.events()}) == (name in functions(Category.PAIRWISE))
