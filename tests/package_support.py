@@ -41,3 +41,14 @@ def run_main(root: Path, module: str):
         sys.path.remove(str(root))
         for name in [n for n in sys.modules if n == package or n.startswith(f"{package}.")]:
             del sys.modules[name]
+
+
+def stand_in_module(folder: Path, monkeypatch, name: str, text: str) -> None:
+    """`import name` gives the module `text` (written in `folder`) until the test ends, and
+    whatever it gave before after it."""
+    path = folder / f"{name}.py"
+    path.write_text(text)
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    monkeypatch.setitem(sys.modules, name, module)

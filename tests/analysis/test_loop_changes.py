@@ -5,8 +5,6 @@ attribute (`ids.data[0] += 1`, `enc.input_ids[:, 0] += 1`), which would carry th
 to the next step. The original and the rewrite run on the CPU and give the same losses,
 bit for bit."""
 
-import sys
-
 import libcst as cst
 import pytest
 
@@ -15,6 +13,7 @@ from codemod.config import Settings
 from codemod.context import FileContext
 from codemod.engine import process_source
 from codemod.rule import Level
+from tests.package_support import stand_in_module
 
 CONFIG = """\
 from types import SimpleNamespace
@@ -187,11 +186,7 @@ class GPT2TokenizerFast:
 @pytest.fixture
 def stand_in(tmp_path, monkeypatch):
     """`transformers` is the stand-in above while the test runs."""
-    (tmp_path / "transformers.py").write_text(STAND_IN)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.delitem(sys.modules, "transformers", raising=False)
-    yield
-    sys.modules.pop("transformers", None)
+    stand_in_module(tmp_path, monkeypatch, "transformers", STAND_IN)
 
 
 def test_a_tensor_changed_through_its_view_attribute_is_made_on_every_step():

@@ -18,6 +18,7 @@ import torch
 from codemod.config import Settings
 from codemod.engine import process_source
 from codemod.result import Level
+from tests.package_support import stand_in_module
 
 SCRIPT = """\
 import torch
@@ -112,11 +113,7 @@ def _same_steps(before, after) -> None:
 @pytest.fixture
 def stand_in(tmp_path, monkeypatch):
     """`transformers` is the stand-in above while the test runs."""
-    (tmp_path / "transformers.py").write_text(STAND_IN)
-    monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.delitem(sys.modules, "transformers", raising=False)
-    yield
-    sys.modules.pop("transformers", None)
+    stand_in_module(tmp_path, monkeypatch, "transformers", STAND_IN)
 
 
 def test_the_texts_are_tokenized_once_unpadded_and_the_step_pads_its_rows():
