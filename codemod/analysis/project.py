@@ -65,6 +65,7 @@ import hashlib
 import os
 import re
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -352,13 +353,13 @@ class _Package:
     def unchanged(self) -> bool:
         return _stamps([stamp.path for stamp in self.stamps]) == self.stamps
 
-    def importers(self, own: str, imports: re.Pattern[bytes], settings: Settings) -> list[_Module]:
-        """The modules whose text names the module `own` (its stem) in an import (`imports`)."""
+    def importers(self, own: str, imports: Callable[[str, bytes], bool], settings: Settings) -> list[_Module]:
+        """The modules whose text imports the module `own` (`imports(path, text)`)."""
         if own not in self._importers:
             stem, found = Path(own).stem.encode(), []
             for path in self.paths:
                 data = self._text(path) if path != own else None
-                if data is not None and stem in data and imports.search(data) is not None:
+                if data is not None and stem in data and imports(path, data):
                     module = _load(path, settings)
                     if module is not None:
                         found.append(module)  # parsed when a call of it is looked for
@@ -782,7 +783,7 @@ class Project:
         if self._package_importers is None:
             package = self._package()
             own, settings = os.path.abspath(self.context.path), self.context.settings
-            self._package_importers = package.importers(own, self._importer_pattern(), settings) if package else []
+            self._package_importers = package.importers(own, self._imports_this(), settings) if package else []
         return self._package_importers
 
     def _package(self) -> _Package | None:
@@ -801,15 +802,20 @@ class Project:
             self._scanned = self._package_index.stamps
         return self._package_index
 
-    def _importer_pattern(self) -> re.Pattern[bytes]:
-        """What the text of a module of the package that imports this one holds."""
-        stem = Path(self.context.path).stem.encode()
+    def _imports_this(self) -> Callable[[str, bytes], bool]:
+        """Does the text of a module of the package (at a path) import this one?"""
+        own = os.path.abspath(self.context.path)
+        stem = Path(own).stem.encode()
         package = self._package_index
         if not package.nested:  # no package: `import data` / `from data import f` beside it
-            return re.compile(rb"\b(?:import|from)\s+" + re.escape(stem) + rb"\b")
+            beside = re.compile(rb"\b(?:import|from)\s+" + re.escape(stem) + rb"\b")
+            return lambda path, data: beside.search(data) is not None
         parts = list(self.folder.relative_to(Path(package.folder).parent).parts)
         dotted, parent = ".".join(parts).encode() + b"." + stem, ".".join(parts).encode()
-        return _imports_of(re.escape(stem), re.escape(dotted), re.escape(parent))
+        absolute = re.compile(
+            re.escape(dotted) + rb"|\bfrom\s+" + re.escape(parent) + _NAMES_IMPORTED + re.escape(stem) + rb"\b"
+        )
+        return lambda path, data: absolute.search(data) is not None or _imports_relatively(path, data, own)
 
     # -- what the answers were read from --------------------------------------------------
 
@@ -931,24 +937,28 @@ class Project:
         return _batches_copied(function, param)
 
 
-def _imports_of(stem: bytes, dotted: bytes, parent: bytes) -> re.Pattern[bytes]:
-    """What a module's text holds when it imports the module `dotted` (`stem` the last part of
-    it, `parent` its package, each escaped for a pattern): its dotted name (`import pkg.data`,
-    `from pkg.data import f`), `from pkg import data`, or a relative import that names it
-    (`from .data import f`, `from . import data`, `from ..sub import (a, data)`). A package's
-    modules nearly all import something relatively, so `from .` alone tells nothing."""
-    names_it = rb"\s+import\s+(?:\([^)]*|[^\n]*)\b" + stem + rb"\b"
-    return re.compile(
-        dotted
-        + rb"|\bfrom\s+\.+(?:[\w.]*\.)?"
-        + stem
-        + rb"\s+import\b"
-        + rb"|\bfrom\s+\.+[\w.]*"
-        + names_it
-        + rb"|\bfrom\s+"
-        + parent
-        + names_it
-    )
+# The names a `from x import` statement imports: one line, or a parenthesized list of lines.
+_NAMES_IMPORTED = rb"\s+import\s+(?:\([^)]*|[^\n]*)\b"
+_RELATIVE_IMPORT = re.compile(rb"\bfrom\s+(\.+)([\w.]*)\s+import\s+(\([^)]*\)|[^\n]*)")
+
+
+def _imports_relatively(path: str, data: bytes, own: str) -> bool:
+    """Does the module at `path` (its text `data`) import the module `own` relatively:
+    `from .data import f`, `from . import data`, `from ..sub import (a, data)`, each
+    resolved from the importer's folder? A package's modules nearly all import something
+    relatively, and a module's name (`utils`, `data`) is often another module's too."""
+    target, stem = os.path.splitext(own)[0], Path(own).stem
+    for match in _RELATIVE_IMPORT.finditer(data):
+        base = os.path.dirname(path)
+        for _ in range(len(match.group(1)) - 1):
+            base = os.path.dirname(base)
+        module = os.path.join(base, *match.group(2).decode().split(".")) if match.group(2) else base
+        if module == target:
+            return True
+        names = re.findall(rb"\w+", match.group(3))
+        if os.path.join(module, stem) == target and stem.encode() in names:
+            return True
+    return False
 
 
 def _calls_of(module: _Module, path: str, name: str) -> list[tuple[cst.Call, int, bool]]:

@@ -868,7 +868,8 @@ def test_a_class_star_imported_through_a_packages_init_is_found(tmp_path):
 
 def test_the_importers_of_a_module_are_those_whose_imports_name_it(tmp_path):
     """A package's modules nearly all import something relatively, and a short module name
-    (`aten`, `data`) is a common word: only an import that names the module makes an importer."""
+    (`aten`, `data`) is a common word, often another module's too: only an import that names
+    the module, resolved from the importer's folder, makes an importer."""
     from tests.package_support import write_package
 
     files = {
@@ -881,6 +882,9 @@ def test_the_importers_of_a_module_are_those_whose_imports_name_it(tmp_path):
         "other.py": "from . import grouped\nname = 'data'\n",
         "prefixed.py": "from .data_tools import to_device\n",
         "data_tools.py": "def to_device(x, device):\n    return x\n",
+        "other/__init__.py": "",
+        "other/data.py": "",
+        "other/user.py": "from . import data\nfrom .data import to_device\n",  # its own folder's `data`
     }
     folder = write_package(tmp_path, "imports_text", files)
     context = FileContext.of_source((folder / "data.py").read_text(), str(folder / "data.py"), Settings())
