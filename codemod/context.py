@@ -34,9 +34,12 @@ class FileContext:
         code: str,
         index: TreeIndex | None = None,
         earlier: FileContext | None = None,
+        statement_lines: list[int] | None = None,
     ) -> None:
         """`earlier`: the context of the module this one rewrites (the engine's previous
-        pass), whose work on the statements the two share is taken over where it holds."""
+        pass), whose work on the statements the two share is taken over where it holds;
+        `statement_lines`: the line each statement of the module's body starts on, where
+        the caller knows it (Positions.statement_lines)."""
         self.module = module
         self.code = code  # the module's source text
         self.path = path
@@ -46,6 +49,7 @@ class FileContext:
         self._shared: dict = {}
         # (only what the earlier context computed; positions are all it offers so far)
         self._earlier_positions: Positions | None = earlier.__dict__.get("positions") if earlier is not None else None
+        self._statement_lines = statement_lines
 
     @classmethod
     def of_source(cls, code: str, path: str = "<string>", settings: Settings | None = None) -> FileContext:
@@ -60,7 +64,7 @@ class FileContext:
 
     @cached_property
     def positions(self) -> Positions:
-        return Positions(self.module, self.parents, self.code, self._earlier_positions)
+        return Positions(self.module, self.parents, self.code, self._earlier_positions, self._statement_lines)
 
     @cached_property
     def names(self) -> Names:

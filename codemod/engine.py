@@ -299,6 +299,7 @@ def _run(
     checked = original.encode(module.encoding) == data
     current, code, context = module, original, None
     earlier: FileContext | None = None  # the context of the pass before, until the next one is built
+    lines: list[int] = []  # where the statements of `current` start in `code`, when `written` knows it
     tally = _Tally()
     for round_number in range(1, (MAX_ROUNDS if settings.fixed_point else 1) + 1):
         final = round_number == MAX_ROUNDS  # its fixes are reported, not made
@@ -309,7 +310,7 @@ def _run(
             if not candidates:
                 break
             if context is None:
-                context = _context(current, code, module.encoding, path, settings, earlier)
+                context = _context(current, code, module.encoding, path, settings, earlier, lines or None)
                 current, earlier = context.module, None
             outcome = _run_pass(context, candidates, pending)
             if dependencies is not None:
@@ -321,7 +322,8 @@ def _run(
                 break
             tally.add(outcome, later=round_number > 1)
             if outcome.module is not current:
-                code, verified = written(outcome.module, context)
+                lines = []
+                code, verified = written(outcome.module, context, lines)
                 checked = checked and verified
                 current, context, earlier = outcome.module, None, context
             pending = outcome.waiting
@@ -333,11 +335,18 @@ def _run(
 
 
 def _context(
-    current: cst.Module, code: str, encoding: str, path: str, settings: Settings, earlier: FileContext | None = None
+    current: cst.Module,
+    code: str,
+    encoding: str,
+    path: str,
+    settings: Settings,
+    earlier: FileContext | None = None,
+    lines: list[int] | None = None,
 ) -> FileContext:
     """The analyses of `current`, whose text is `code`; each place of a node gets a node of its own.
     `earlier`: the context of the module `current` rewrites (a later pass), whose work on the
-    statements the two share is taken over."""
+    statements the two share is taken over; `lines`: the line each statement of its body
+    starts on in `code`, where that is known (`written`)."""
     reused = earlier.index if earlier is not None else None
     index = TreeIndex(current, reused)
     if not index.unique:
@@ -346,9 +355,9 @@ def _context(
         current = current.with_changes(body=body)
         index = TreeIndex(current, reused)
     if not index.unique:
-        current = parse(code.encode(encoding))
+        current, lines = parse(code.encode(encoding)), None
         index = TreeIndex(current)
-    return FileContext(current, path, settings, code, index, earlier)
+    return FileContext(current, path, settings, code, index, earlier, lines)
 
 
 def _unsettled(finding: Finding) -> Finding:

@@ -76,6 +76,25 @@ def test_lines_after_the_last_statement_are_copied_when_a_transform_rebuilt_them
     assert checked and text == new.code == "x = 3\ny = 2\n\n\n# end\n"
 
 
+def test_the_lines_of_the_statements_are_those_ast_reads_from_the_text():
+    # The engine's next pass takes them instead of reading the text with `ast` again.
+    module = cst.parse_module(SOURCE)
+    added = cst.parse_statement("import os\n")
+    new = replaced(module, 2, "# a loop no more\nz = [step(x) for x in data]\n")
+    new = new.with_changes(body=[new.body[0], added, *new.body[1:]])
+    lines: list[int] = []
+    text, checked = written(new, context(module, SOURCE), lines)
+    read = context(new, text).positions.statement_lines()
+    assert checked and lines == [read[statement] for statement in new.body]
+    assert [text.splitlines()[line - 1] for line in lines] == [
+        '"""Doc."""',
+        "import os",
+        "",
+        "# a loop no more",
+        "y  =  2",
+    ]
+
+
 @pytest.mark.parametrize(
     "source",
     [

@@ -101,7 +101,11 @@ class Positions(Mapping):
         parents: Mapping[cst.CSTNode, cst.CSTNode],
         code: str | None = None,
         earlier: Positions | None = None,
+        statement_lines: list[int] | None = None,
     ) -> None:
+        """`earlier`: the positions of a module this one rewrites; `statement_lines`: the
+        line each statement of the module's body starts on, where the caller knows it (the
+        text it put together from them), so that `ast` need not read the text again."""
         self.module = module
         self.code = code  # the module's text, when the caller has it
         self.parents = parents
@@ -117,6 +121,8 @@ class Positions(Mapping):
         self._pairs: dict[cst.CSTNode, tuple[tuple[int, int], tuple[int, int]]] = {}
         self._starts: dict[cst.CSTNode, int] | None = None  # top-level statement -> its first line
         self._from_ast: dict[cst.CSTNode, int] | None | bool = False  # False: not read yet
+        if statement_lines is not None and len(statement_lines) == len(module.body):
+            self._from_ast = dict(zip(module.body, statement_lines))
         self._done: set[cst.CSTNode] = set()
         self._texts: dict[cst.CSTNode, str] = {}  # top-level statement -> its generated code
 

@@ -278,7 +278,12 @@ class Training:
         self.cuda_use: cst.CSTNode | None = self._first_cuda_use()
         self.default_float64: cst.CSTNode | None = self._default_float64()
         self.exact_float32: cst.CSTNode | None = self._exact_float32()
-        self.loops: list[TrainingLoop] = [self._describe(loop) for loop in self._find_loops()]
+
+    @functools.cached_property
+    def loops(self) -> list[TrainingLoop]:
+        """The training loops of the file, described; worked out when first asked (a pass
+        of rules that only ask whether an expression is a model does not need them)."""
+        return [self._describe(loop) for loop in self._find_loops()]
 
     # -- public helpers ------------------------------------------------------------
 

@@ -403,6 +403,7 @@ class Kinds:
         self._scope_bindings: dict[int, tuple[object, dict[tuple[str, int], Assignment]]] = {}
         self._shared_sources: dict[int, tuple[_NameBindings, list[Assignment]]] = {}
         self._name_tables: dict[tuple[int, str], _NameBindings | None] = {}
+        self._reachings: dict[cst.Name, list[Assignment]] = {}  # a use -> `reaching` (asked by many rules)
         self._shared_tables = PerBindings()  # the table of bindings not local to the scope reading them
         self._staying = PerBindings()  # do the bindings' modules only stay where they are
         self._annotations: dict[int, Fact] = {}  # annotation node -> what it says the value holds
@@ -531,9 +532,12 @@ class Kinds:
         """The bindings of this file whose value `use` may read (as the module docstring
         describes: those from the latest one before it that dominates it, and later ones
         carried round a loop); empty when one is not an assignment here."""
-        scope = self.scopes.get(use)
-        table = self._name_table(scope, use.value) if scope is not None else None
-        return [] if table is None else self._reaching(use, table)
+        found = self._reachings.get(use)
+        if found is None:
+            scope = self.scopes.get(use)
+            table = self._name_table(scope, use.value) if scope is not None else None
+            found = self._reachings[use] = [] if table is None else self._reaching(use, table)
+        return list(found)
 
     def sources(self, use: cst.Name) -> list[Assignment]:
         """The bindings whose value `use` may read: those that reach it (`reaching`), and

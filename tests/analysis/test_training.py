@@ -68,6 +68,17 @@ def test_plain_loop_and_its_parts():
     assert loop.float64 is None
 
 
+def test_the_loops_are_described_only_when_asked_for(monkeypatch):
+    # A pass whose rules only ask whether an expression is a model does not pay for them.
+    described = []
+    describe = Training._describe
+    monkeypatch.setattr(Training, "_describe", lambda self, loop: described.append(loop) or describe(self, loop))
+    training = analyse(PLAIN)
+    model = next(n for n in training.index.find(cst.Name) if n.value == "model")
+    assert training.is_model(model) and not described
+    assert len(training.loops) == 1 and len(described) == 1
+
+
 @pytest.mark.parametrize(
     "code",
     [
