@@ -635,6 +635,21 @@ def fresh_name(base: str, taken: set[str]) -> str:
     return candidate
 
 
+def stored_targets(targets: list[cst.BaseExpression]) -> list[cst.BaseExpression]:
+    """What assignment `targets` store to, through the tuples, lists and starred elements
+    of `a.x, (b[i], *c) = ...`: names, attributes and subscripts."""
+    found, pending = [], list(targets)
+    while pending:
+        target = pending.pop()
+        if isinstance(target, (cst.Tuple, cst.List)):
+            pending += [element.value for element in target.elements]
+        elif isinstance(target, cst.StarredElement):
+            pending.append(target.value)
+        else:
+            found.append(target)
+    return found
+
+
 def names_read(node: cst.CSTNode) -> list[cst.Name]:
     """Names whose value `node` reads (not targets, attribute or keyword names)."""
     reads = _Reads()

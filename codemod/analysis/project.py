@@ -74,7 +74,7 @@ from typing import TYPE_CHECKING
 import libcst as cst
 
 from codemod.analysis.bindings import argument_for
-from codemod.analysis.names import imported_from, member, method_name
+from codemod.analysis.names import imported_from, member, method_name, stored_targets
 from codemod.analysis.torch_facts import (
     FILE_ONLY_FUNCTIONS,
     FILE_ONLY_MODULES,
@@ -1373,14 +1373,7 @@ def _changed_targets(context: FileContext, function: cst.FunctionDef) -> list[cs
     found = []
     for node in context.index.find((cst.Assign, cst.AugAssign, cst.AnnAssign, cst.Del), within=function.body):
         targets = [t.target for t in node.targets] if isinstance(node, cst.Assign) else [node.target]
-        while targets:
-            target = targets.pop()
-            if isinstance(target, (cst.Tuple, cst.List)):
-                targets += [element.value for element in target.elements]
-            elif isinstance(target, cst.StarredElement):
-                targets.append(target.value)
-            elif isinstance(target, (cst.Attribute, cst.Subscript)):
-                found.append(target)
+        found += [target for target in stored_targets(targets) if isinstance(target, (cst.Attribute, cst.Subscript))]
     return found
 
 

@@ -60,7 +60,7 @@ import libcst as cst
 from libcst.metadata import Assignment
 
 from codemod.analysis.call_writes import call_writes
-from codemod.analysis.names import kwarg, method_name, names_read, subscript_parts
+from codemod.analysis.names import kwarg, method_name, names_read, stored_targets, subscript_parts
 from codemod.analysis.scopes import PerBindings, reads_of
 from codemod.analysis.tokenizers import tokenizers
 from codemod.analysis.torch_facts import (
@@ -580,7 +580,7 @@ class Variance:
         index, found = self._index, []
         targets = [t.target for t in index.find(cst.AssignTarget, within=region)]
         targets += [s.target for s in index.find((cst.AugAssign, cst.AnnAssign, cst.Del), within=region)]
-        for target in _stored(targets):
+        for target in stored_targets(targets):
             if isinstance(target, cst.Attribute):
                 found.append(_Change(target.value, target.attr.value))
             elif isinstance(target, cst.Subscript):
@@ -739,20 +739,6 @@ class Variance:
 def _mutating(method: str) -> bool:
     """Does a method named `method` change its receiver (`append`, `add_`)?"""
     return method in MUTATING_METHODS or (method.endswith("_") and not method.startswith("_"))
-
-
-def _stored(targets: list[cst.BaseExpression]) -> list[cst.BaseExpression]:
-    """The targets stored to, through the tuples and lists of `a.x, a.y = ...`."""
-    found, pending = [], list(targets)
-    while pending:
-        target = pending.pop()
-        if isinstance(target, (cst.Tuple, cst.List)):
-            pending += [element.value for element in target.elements]
-        elif isinstance(target, cst.StarredElement):
-            pending.append(target.value)
-        else:
-            found.append(target)
-    return found
 
 
 def _lines(block: cst.BaseSuite) -> list[cst.CSTNode]:

@@ -15,6 +15,7 @@ from codemod.analysis.names import (
     negation,
     number_value,
     plain_code,
+    stored_targets,
     with_kwarg,
 )
 from codemod.analysis.scopes import file_scopes
@@ -164,3 +165,10 @@ def test_a_negated_test_reads_as_a_reader_would_write_it(test, negated):
 )
 def test_a_conjunction_parenthesizes_only_the_operands_that_bind_looser(left, right, both):
     assert code_of(conjunction(cst.parse_expression(left), cst.parse_expression(right))) == both
+
+
+def test_what_assignment_targets_store_to_through_tuples_lists_and_stars():
+    module = cst.parse_module("a.x, (b[i], *c), [d] = v\n")
+    targets = [t.target for t in module.body[0].body[0].targets]
+    stored = stored_targets(targets)
+    assert sorted(module.code_for_node(target) for target in stored) == ["a.x", "b[i]", "c", "d"]
