@@ -1554,6 +1554,7 @@ class Kinds:
         for site, fact in elsewhere:
             fact = annotated.with_memory(Memory.UNKNOWN) if fact.kind is Kind.UNKNOWN else fact
             callers.append((site, fact))
+        callers = [(site, fact) for site, fact in callers if fact.kind is not Kind.BOTTOM]  # passing nothing yet
         loader = functools.reduce(Fact.join, (fact for _, fact in callers), BOTTOM)
         if loader.kind is not Kind.LOADER:
             return loader if loader.kind is Kind.BOTTOM else UNKNOWN
