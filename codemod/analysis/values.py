@@ -11,6 +11,10 @@ dtype of a tensor is asked of `Values`, below, which reads names through `source
 Values are followed through the file's own code: a call of a function or method
 of this file holds what its returns hold; a parameter holds what every call of
 its function in this file passes (when the function is only ever called there);
+a call of a `functools.partial(f, *args, **keywords)` object is a call of `f`, the
+partial's arguments first and the call's keywords over the partial's (`partial_of`,
+`Partial`); a call of a parameter gives what the functions its callers pass for it
+return (a `def`, a lambda, a function handed on by their own callers: `_called_fact`);
 `self.x` and `obj.x` hold what is assigned to the attribute (`attribute_values`, the
 one attribute follower: the class's methods, its instances, what the constructions
 of a dataclass pass its fields). A tensor computed by a model (or from such a
@@ -1615,10 +1619,9 @@ class Kinds:
             return self._returns_fact(function) if self.class_of(function) is None else UNKNOWN
         assigned = self._context.bindings.values(value)
         if assigned is not None:  # `make_iter = lambda: iter(loader)`
-            lambdas = [v for v in assigned if isinstance(v, cst.Lambda)]
-            return functools.reduce(Fact.join, (self._fact(v.body) for v in lambdas), BOTTOM) if (
-                lambdas and len(lambdas) == len(assigned)
-            ) else UNKNOWN
+            if not all(isinstance(v, cst.Lambda) for v in assigned):
+                return UNKNOWN
+            return functools.reduce(Fact.join, (self._fact(v.body) for v in assigned), BOTTOM)
         if self._context.bindings.param_of(value) is not None:
             return self._called_parameter_fact(value)
         project = self._project()

@@ -57,10 +57,14 @@ def passed(code: str, function: str) -> list[dict[str, str | None]]:
         # a partial of a partial
         ("g = partial(f, 1, d=5)\nh = partial(g, c=8)\nh(9)\n", "f", [{"a": "1", "b": "9", "c": "8", "d": "5"}]),
         # a partial of a bound method: its object fills `self`
-        ("t = Trainer()\nrun = partial(t.step, y=2)\nrun(1)\nt.step(5)\n", "step", [
-            {"x": "1", "y": "2"},
-            {"x": "5", "y": "0"},
-        ]),
+        (
+            "t = Trainer()\nrun = partial(t.step, y=2)\nrun(1)\nt.step(5)\n",
+            "step",
+            [
+                {"x": "1", "y": "2"},
+                {"x": "5", "y": "0"},
+            ],
+        ),
     ],
     ids=["positional-and-keyword", "keyword-overridden", "in-full-called-in-place", "partial-of-partial", "method"],
 )
