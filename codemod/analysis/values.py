@@ -2236,7 +2236,7 @@ class Kinds:
                 if isinstance(call, cst.Call) and call.func is access.node:
                     calls.append((call, 0))
                     continue
-                through = self._partial_calls(access.node)
+                through = self.partial_calls(access.node)
                 if through is None:
                     return None  # passed as a value: called where perfmod cannot see
                 calls += [(call, self.receiver_offset(call, function)) for call in through]
@@ -2257,13 +2257,13 @@ class Kinds:
             if isinstance(call, cst.Call) and call.func is attribute:
                 calls.append((call, 1))
                 continue
-            through = self._partial_calls(attribute)
+            through = self.partial_calls(attribute)
             if through is None:
                 return None  # a bound method passed as a value
             calls += [(call, self.receiver_offset(call, function)) for call in through]
         return calls or None
 
-    def _partial_calls(self, func: cst.BaseExpression, depth: int = 0) -> list[cst.Call] | None:
+    def partial_calls(self, func: cst.BaseExpression, depth: int = 0) -> list[cst.Call] | None:
         """The calls of the `functools.partial` objects that wrap the function `func` names:
         `partial(func, ...)` called in place, or bound once to a name that is only called
         (or wrapped in turn); None when a partial is handed on otherwise."""
@@ -2291,7 +2291,7 @@ class Kinds:
             if isinstance(call, cst.Call) and call.func is access.node:
                 calls.append(call)
                 continue
-            through = self._partial_calls(access.node, depth + 1)
+            through = self.partial_calls(access.node, depth + 1)
             if through is None:
                 return None
             calls += through

@@ -1,15 +1,18 @@
 """PM101 on the batches of a loader that reach a copy through function values, as in spd:
 the training function of `run.py` defines `create_pgd_data_iter()`, a closure that returns
 `iter(train_loader)`, and hands it to an evaluation of `evalmod.py`, which hands it on to
-`pgd.py`; there a `functools.partial` of `_fwd_bwd` is called with
-`data_iter=create_data_iter()`, and `_fwd_bwd` copies `next(data_iter)`. The copy is fixed
-when the loader `main.py` passes to the training function pins its batches, and the
-rewritten module computes the same losses on the CPU; it is left alone when that loader
-does not pin, and names the callers whose function values give unpinned batches."""
+`pgd.py` (in a call, or in a call of a partial of the function it calls); there a
+`functools.partial` of `_fwd_bwd` is called with `data_iter=create_data_iter()`, and
+`_fwd_bwd` copies `next(data_iter)`. The copy is fixed when the loader `main.py` passes to
+the training function pins its batches, and the rewritten module computes the same
+losses on the CPU; it is left alone when that loader does not pin, and names the callers
+whose function values give unpinned batches."""
 
 from __future__ import annotations
 
 from pathlib import Path
+
+import pytest
 
 from tests.package_support import check_unsafe, run_main, write_package
 
@@ -63,6 +66,18 @@ from {package}.pgd import pgd_loss
 
 def evaluate_pgd(model, create_data_iter, device):
     return pgd_loss(model, create_data_iter=create_data_iter, device=device, n_steps=2)
+"""
+
+# The evaluation calls `pgd_loss` through a partial of its own.
+EVALUATION_THROUGH_A_PARTIAL = """\
+from functools import partial
+
+from {package}.pgd import pgd_loss
+
+
+def evaluate_pgd(model, create_data_iter, device):
+    run_pgd = partial(pgd_loss, model, device=device, n_steps=2)
+    return run_pgd(create_data_iter=create_data_iter)
 """
 
 RUN = """\
@@ -126,8 +141,9 @@ def _computes_the_same(tmp_path: Path, folder: Path, rewritten: str, *entries: s
     assert [run_main(tmp_path, entry).tolist() for entry in entries] == before
 
 
-def test_a_copy_of_batches_of_a_function_value_handed_through_a_partial_is_fixed(tmp_path):
-    folder = _package(tmp_path, "torch.cuda.is_available()")
+@pytest.mark.parametrize("evaluation", [EVALUATION, EVALUATION_THROUGH_A_PARTIAL], ids=["call", "partial"])
+def test_a_copy_of_batches_of_a_function_value_handed_through_a_partial_is_fixed(tmp_path, evaluation):
+    folder = _package(tmp_path, "torch.cuda.is_available()", {"evalmod.py": evaluation})
     result = check_unsafe(folder / "pgd.py", "PM101")
     assert [(f.code, f.line) for f in result.findings] == [("PM101", 23)]
     assert result.findings[0].message == "host-to-device copy blocks the CPU; pass non_blocking=True"
