@@ -9,7 +9,7 @@ calls:
 - `callee(call)`: the `def` of this file a call runs (`helper(...)`,
   `self.method(...)`, `obj.method(...)` for an `obj` that holds an instance of
   one class of this file, `Kinds.instance_class`; `LocalClass(...)` runs its
-  `__init__`; a call of a `functools.partial` of one runs it, `Kinds.partial_of`);
+  `__init__`);
 - `call_sites(function)`: the calls of this file that run a function;
 - `runs_per_call(function)`: the function runs again and again, once per call
   of something that repeats: it is a module's `forward`/`__call__`, or some
@@ -57,9 +57,6 @@ class LocalCalls:
             return self._callees[call]
         found = None
         func = call.func
-        wrapped = self.context.kinds.partial_of(func)
-        if wrapped is not None:
-            func = wrapped[0]
         if isinstance(func, cst.Name):
             if func.value in self._names:
                 found = sole_definition(self.context.scopes, func, cst.FunctionDef)

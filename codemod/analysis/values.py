@@ -668,7 +668,7 @@ class Kinds:
         function of this file returns where it has one `return` (`g, d = build(device)`);
         None otherwise."""
         if isinstance(value, cst.Call) and depth < MAX_RETURN_DEPTH:
-            function = self._local_callee(value)
+            function = self._runs(value)
             returns, yields = self.exits(function) if function is not None else ((), ())
             if len(returns) == 1 and not yields and returns[0].value is not None:
                 return self.element(returns[0].value, index, depth + 1)
@@ -1004,7 +1004,7 @@ class Kinds:
         local = self.local_class(call.func)
         if local is not None:
             return self._built_module(self.class_fact(local), call)
-        function = self._local_callee(call)
+        function = self._runs(call)
         if function is not None:
             iterated = self._yielded_argument(call, function)
             return self._fact(iterated) if iterated is not None else self._returns_fact(function)
@@ -1664,7 +1664,7 @@ class Kinds:
 
     def local_callee(self, call: cst.Call) -> cst.FunctionDef | None:
         """The function or method of this file `call` calls, if perfmod can tell."""
-        return self._local_callee(call)
+        return self._local_callee(call.func)
 
     def returns(self, function: cst.FunctionDef) -> Fact:
         """What a call of `function` gives."""
@@ -1704,14 +1704,16 @@ class Kinds:
         """What `call` passes to `param` (None when it cannot be told or is not passed)."""
         return argument_for(call, function, param, offset)
 
-    def _local_callee(self, call: cst.Call) -> cst.FunctionDef | None:
-        """The function of this file `call` calls: `helper(...)` or `self.helper(...)` /
-        `obj.helper(...)` on an instance of a class of this file, or the function of a
-        `functools.partial` it calls (`partial_of`)."""
-        func = call.func
-        wrapped = self.partial_of(func)
-        if wrapped is not None:
-            func = wrapped[0]
+    def _runs(self, call: cst.Call) -> cst.FunctionDef | None:
+        """The function of this file `call` runs, also through the `functools.partial` it
+        calls (`partial_of`), for what the call gives: its arguments are the partial's and
+        its own (`receiver_offset`), which `local_callee`'s readers do not map."""
+        wrapped = self.partial_of(call.func)
+        return self._local_callee(wrapped[0] if wrapped is not None else call.func)
+
+    def _local_callee(self, func: cst.BaseExpression) -> cst.FunctionDef | None:
+        """The function of this file a call of `func` calls: `helper(...)` or
+        `self.helper(...)` / `obj.helper(...)` on an instance of a class of this file."""
         if isinstance(func, cst.Name):
             found = sole_definition(self.scopes, func, cst.FunctionDef)
             if found is not None:
@@ -1832,7 +1834,7 @@ class Kinds:
                 classdef = self.instance_class(value)
             elif isinstance(value, cst.Call):
                 classdef = self.local_class(value.func)
-                function = self._local_callee(value) if classdef is None and depth < MAX_RETURN_DEPTH else None
+                function = self._local_callee(value.func) if classdef is None and depth < MAX_RETURN_DEPTH else None
                 returns, yields = self.exits(function) if function is not None else ((), ())
                 if returns and not yields and all(r.value is not None for r in returns):
                     # `model = build(device)`: what every `return` of `build` gives
@@ -2445,7 +2447,7 @@ class Kinds:
             first = positional(value, 0)
             return self._item_shape(first.value) if first else UNKNOWN
         if isinstance(value, cst.Call) and depth < 3:
-            function = self._local_callee(value)
+            function = self._runs(value)
             if function is not None:  # `train_loader, val_loader = build_loaders(cfg)`
                 returns, yields = self.exits(function)
                 if returns and not yields and all(isinstance(r.value, (cst.Tuple, cst.List)) for r in returns):
