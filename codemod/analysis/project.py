@@ -51,7 +51,8 @@ The other direction, for a function of this file that other modules call:
   (the top-level package folder that holds the file, at any depth: `from pkg.data import
   make_loader` in `pkg/train/run.py`), each with the module it is in, so that what the
   callers do with the result (a DataLoader it builds) can be asked there; and what they
-  pass to one of its parameters (`package_arguments`). The package's files are read as
+  pass to one of its parameters (`package_arguments`), also in the calls of a
+  `functools.partial` of it (the partial's arguments first). The package's files are read as
   text first, and parsed only when they name this module; each function's callers are
   looked for once per process, whichever file asks (`_Package`).
 
