@@ -1612,19 +1612,18 @@ class Kinds:
             value = wrapped[0]
         if isinstance(value, cst.Lambda):
             return self._fact(value.body)
-        if not isinstance(value, cst.Name):
-            return UNKNOWN
-        function = sole_definition(self.scopes, value, cst.FunctionDef)
-        if function is not None:
-            return self._returns_fact(function) if self.class_of(function) is None else UNKNOWN
-        assigned = self._context.bindings.values(value)
-        if assigned is not None:  # `make_iter = lambda: iter(loader)`
-            if not all(isinstance(v, cst.Lambda) for v in assigned):
-                return UNKNOWN
-            return functools.reduce(Fact.join, (self._fact(v.body) for v in assigned), BOTTOM)
-        if self._context.bindings.param_of(value) is not None:
-            return self._called_parameter_fact(value)
-        project = self._project()
+        if isinstance(value, cst.Name):
+            function = sole_definition(self.scopes, value, cst.FunctionDef)
+            if function is not None:
+                return self._returns_fact(function) if self.class_of(function) is None else UNKNOWN
+            assigned = self._context.bindings.values(value)
+            if assigned is not None:  # `make_iter = lambda: iter(loader)`
+                if not all(isinstance(v, cst.Lambda) for v in assigned):
+                    return UNKNOWN
+                return functools.reduce(Fact.join, (self._fact(v.body) for v in assigned), BOTTOM)
+            if self._context.bindings.param_of(value) is not None:
+                return self._called_parameter_fact(value)
+        project = self._project()  # `data.make_iter` or `make_iter` of another module
         imported = project.function(value) if project.folder is not None else None
         return (project.returned(imported) or UNKNOWN) if imported is not None else UNKNOWN
 

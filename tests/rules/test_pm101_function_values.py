@@ -125,6 +125,33 @@ def main():
     return evaluate_pgd(torch.nn.Linear(4, 1), lambda: iter(plain), torch.device("cpu")).reshape(1)
 """
 
+# The function value is a function of another module, over a loader it builds.
+MODULE_FUNCTION_CALLER = """\
+import torch
+
+from {package} import data
+
+torch.manual_seed(1)
+LOADER = data.make_loader(24)
+
+
+def fresh_iter():
+    LOADER.generator.manual_seed(0)
+    return iter(LOADER)
+"""
+MAIN_PASSING_A_MODULE_FUNCTION = """\
+import torch
+
+from {package}.evalmod import evaluate_pgd
+from {package}.sources import fresh_iter
+
+
+def main():
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 1)
+    return evaluate_pgd(model, create_data_iter=fresh_iter, device=torch.device("cpu")).reshape(1)
+"""
+
 COPY = "x = inputs_of(item).to(device)"
 FIXED = "x = inputs_of(item).to(device, non_blocking=True)"
 
@@ -150,6 +177,14 @@ def test_a_copy_of_batches_of_a_function_value_handed_through_a_partial_is_fixed
     rewritten = result.new_source.decode()
     assert FIXED in rewritten
     _computes_the_same(tmp_path, folder, rewritten, "spdpgd.main")
+
+
+def test_a_function_of_another_module_passed_as_the_value_is_followed_to_its_loader(tmp_path):
+    others = {"sources.py": MODULE_FUNCTION_CALLER, "main.py": MAIN_PASSING_A_MODULE_FUNCTION, "run.py": ""}
+    folder = _package(tmp_path, "torch.cuda.is_available()", others)
+    result = check_unsafe(folder / "pgd.py", "PM101")
+    assert [f.line for f in result.findings] == [23]
+    _computes_the_same(tmp_path, folder, result.new_source.decode(), "spdpgd.main")
 
 
 def test_the_copy_is_left_alone_when_the_function_value_iterates_a_loader_that_does_not_pin(tmp_path):
