@@ -9,6 +9,8 @@ back the syntax itself, so a rule can inspect or rewrite it.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import libcst as cst
 from libcst.metadata import Assignment
 
@@ -195,13 +197,32 @@ def returned_values(function: cst.FunctionDef) -> list[cst.BaseExpression]:
     return collector.values
 
 
+@dataclass(frozen=True)
+class Partial:
+    """How a call of a `functools.partial(function, *args, **keywords)` object calls
+    `function`: the partial's arguments come before the call's own, and a keyword the
+    call passes replaces the one the partial binds (`made`: the partial constructions,
+    innermost first for a partial of a partial); `offset`: the parameters the function's
+    receiver fills (1 for `partial(self.step, ...)`)."""
+
+    made: tuple[cst.Call, ...]
+    offset: int = 0
+
+    def arguments(self, call: cst.Call) -> list[cst.Arg]:
+        return [arg for made in self.made for arg in made.args[1:]] + list(call.args)
+
+
 def argument_for(
-    call: cst.Call, function: cst.FunctionDef, param: cst.Param, offset: int = 0
+    call: cst.Call, function: cst.FunctionDef, param: cst.Param, offset: int | Partial = 0
 ) -> cst.BaseExpression | None:
     """What `call` passes to `param` of `function`: by keyword, or by position, the
-    first `offset` parameters being filled by the call itself (`self` of a method);
-    None when `*args`/`**kwargs` at the call hide it, or when it is not passed."""
-    for arg in call.args:
+    first `offset` parameters being filled by the call itself (`self` of a method), or
+    after the arguments of the partial it calls (`Partial`); None when `*args`/`**kwargs`
+    at the call hide it, or when it is not passed."""
+    args = call.args
+    if isinstance(offset, Partial):
+        args, offset = offset.arguments(call), offset.offset
+    for arg in reversed(args):  # the last keyword of a name: the call's over its partial's
         if arg.keyword is not None and arg.keyword.value == param.name.value:
             return arg.value
     positional_params = [*function.params.posonly_params, *function.params.params][offset:]
@@ -209,7 +230,7 @@ def argument_for(
         return None
     index = positional_params.index(param)
     plain = []
-    for arg in call.args:
+    for arg in args:
         if arg.star:
             return None
         if arg.keyword is None:
@@ -218,15 +239,16 @@ def argument_for(
 
 
 def passed_by(
-    call: cst.Call, function: cst.FunctionDef, param: cst.Param, offset: int = 0
+    call: cst.Call, function: cst.FunctionDef, param: cst.Param, offset: int | Partial = 0
 ) -> cst.BaseExpression | None:
     """What `param` of `function` holds when `call` runs it: the argument the call passes
     (`argument_for`), else the parameter's default; None where a `*args` / `**kwargs` of
-    the call may pass it or it has no default."""
+    the call (or of its partial) may pass it or it has no default."""
     argument = argument_for(call, function, param, offset)
     if argument is not None:
         return argument
-    if param.default is None or any(arg.star for arg in call.args):
+    args = offset.arguments(call) if isinstance(offset, Partial) else call.args
+    if param.default is None or any(arg.star for arg in args):
         return None
     return param.default
 

@@ -51,7 +51,8 @@ The other direction, for a function of this file that other modules call:
   (the top-level package folder that holds the file, at any depth: `from pkg.data import
   make_loader` in `pkg/train/run.py`), each with the module it is in, so that what the
   callers do with the result (a DataLoader it builds) can be asked there; and what they
-  pass to one of its parameters (`package_arguments`). The package's files are read as
+  pass to one of its parameters (`package_arguments`), also in the calls of a
+  `functools.partial` of it (the partial's arguments first). The package's files are read as
   text first, and parsed only when they name this module; each function's callers are
   looked for once per process, whichever file asks (`_Package`).
 
@@ -73,7 +74,7 @@ from typing import TYPE_CHECKING
 
 import libcst as cst
 
-from codemod.analysis.bindings import argument_for
+from codemod.analysis.bindings import Partial, argument_for
 from codemod.analysis.names import imported_from, member, method_name, stored_targets
 from codemod.analysis.torch_facts import (
     FILE_ONLY_FUNCTIONS,
@@ -321,7 +322,7 @@ class _Callers:
     """The calls of one top-level function in the other modules of its package."""
 
     read: list[_Module]  # the modules whose text names it, parsed to find them
-    calls: list[tuple[_Module, cst.Call, int, bool]]  # as `_calls_of` gives them, module first
+    calls: list[tuple[_Module, cst.Call, int | Partial, bool]]  # as `_calls_of` gives them, module first
     path: str  # the function's file
     name: str
     _named_otherwise: bool | None = None
@@ -331,7 +332,7 @@ class _Callers:
         (handed on as a value, called where perfmod cannot see)?"""
         if self._named_otherwise is None:
             self._named_otherwise = any(
-                _named_uncalled(module, self.path, self.name, [c for m, c, _, _ in self.calls if m is module])
+                _named_uncalled(module, self.path, self.name, [(c, o) for m, c, o, _ in self.calls if m is module])
                 for module in self.read
             )
         return self._named_otherwise
@@ -419,7 +420,7 @@ class Project:
         self._functions: dict[str, Function | None] = {}
         self._imports: bool | None = None
         self._importers: list[_Module] | None = None
-        self._importer_call_lists: dict[cst.FunctionDef, list[tuple[_Module, cst.Call, int, bool]]] = {}
+        self._importer_call_lists: dict[cst.FunctionDef, list[tuple[_Module, cst.Call, int | Partial, bool]]] = {}
         self._package_importers: list[_Module] | None = None
         self._package_index: _Package | None = None
         self._scanned: list[Stamp] = []  # the package's files and folders read for its importers
@@ -704,7 +705,7 @@ class Project:
             None,
         )
 
-    def _importer_calls(self, function: cst.FunctionDef) -> list[tuple[_Module, cst.Call, int, bool]]:
+    def _importer_calls(self, function: cst.FunctionDef) -> list[tuple[_Module, cst.Call, int | Partial, bool]]:
         """The calls of `function` in the modules beside this file that name it, with how
         many leading parameters the caller fills (a process started by `mp.spawn` gets its
         rank first) and whether it starts processes. A process's target gets the `args=`
@@ -737,9 +738,19 @@ class Project:
     def package_calls(self, function: cst.FunctionDef) -> list[tuple[_Module, cst.Call]]:
         """The calls of `function` (a top-level function of this file) in the other modules
         of this file's package that import it, at any depth of the package, each with its
-        module (whose own analysis says what the caller does with the result)."""
+        module (whose own analysis says what the caller does with the result). Not the calls
+        of a `functools.partial` of it: what such a call passes is not its own arguments alone
+        (`package_arguments` reads them)."""
         callers = self._package_callers(function)
-        return [(module, call) for module, call, _, started in callers.calls if not started] if callers else []
+        return (
+            [
+                (module, call)
+                for module, call, offset, started in callers.calls
+                if isinstance(offset, int) and not started
+            ]
+            if callers
+            else []
+        )
 
     def package_arguments(
         self, function: cst.FunctionDef, param: cst.Param
@@ -961,9 +972,10 @@ def _imports_relatively(path: str, data: bytes, own: str) -> bool:
     return False
 
 
-def _calls_of(module: _Module, path: str, name: str) -> list[tuple[cst.Call, int, bool]]:
-    """The calls in `module` of the function `name` of the file `path`, direct or as the
-    target of a process it starts (each with the parameters its caller fills first, and
+def _calls_of(module: _Module, path: str, name: str) -> list[tuple[cst.Call, int | Partial, bool]]:
+    """The calls in `module` of the function `name` of the file `path`, direct, through a
+    `functools.partial` of it, or as the target of a process it starts (each with the
+    parameters its caller fills first, or the partial's arguments that come first, and
     whether it starts processes). A process whose arguments cannot be read is a call with
     `*args`: it passes nothing perfmod can see."""
     context, project = module.context, module.project
@@ -980,6 +992,11 @@ def _calls_of(module: _Module, path: str, name: str) -> list[tuple[cst.Call, int
     for call in context.index.find(cst.Call):
         if names_it(call.func):
             found.append((call, 0, False))
+            continue
+        if context.kinds.partial_of(call) is not None and names_it(call.args[0].value):
+            # `step = partial(train, loader=...)`: its calls (one handed on is named otherwise)
+            for through in context.kinds.partial_calls(call.args[0].value) or ():
+                found.append((through, Partial(context.kinds.partial_of(through.func)[1]), False))
             continue
         where = next((PROCESS_STARTS[n] for n in context.names.of(call.func) if n in PROCESS_STARTS), None)
         if where is None:
@@ -1003,11 +1020,12 @@ def _calls_of(module: _Module, path: str, name: str) -> list[tuple[cst.Call, int
     return found
 
 
-def _named_uncalled(module: _Module, path: str, name: str, calls: list[cst.Call]) -> bool:
+def _named_uncalled(module: _Module, path: str, name: str, calls: list[tuple[cst.Call, int | Partial]]) -> bool:
     """Does `module` name the function `name` of the file `path` other than as what one of
-    `calls` calls (`register(train)`, `steps = {"train": train}`)?"""
+    `calls` calls, itself or through the partial it calls (`register(train)`,
+    `steps = {"train": train}`)?"""
     context, project = module.context, module.project
-    called = {id(call.func) for call in calls}
+    called = {id(o.made[0].args[0].value if isinstance(o, Partial) else call.func) for call, o in calls}
     for node in context.index.find((cst.Name, cst.Attribute)):
         last = node.attr if isinstance(node, cst.Attribute) else node
         if last.value != name or id(node) in called or isinstance(context.parents.get(node), cst.Attribute):

@@ -11,6 +11,10 @@ dtype of a tensor is asked of `Values`, below, which reads names through `source
 Values are followed through the file's own code: a call of a function or method
 of this file holds what its returns hold; a parameter holds what every call of
 its function in this file passes (when the function is only ever called there);
+a call of a `functools.partial(f, *args, **keywords)` object is a call of `f`, the
+partial's arguments first and the call's keywords over the partial's (`partial_of`,
+`Partial`); a call of a parameter gives what the functions its callers pass for it
+return (a `def`, a lambda, a function handed on by their own callers: `_called_fact`);
 `self.x` and `obj.x` hold what is assigned to the attribute (`attribute_values`, the
 one attribute follower: the class's methods, its instances, what the constructions
 of a dataclass pass its fields). A tensor computed by a model (or from such a
@@ -106,7 +110,7 @@ import libcst as cst
 from libcst.metadata import Assignment, ComprehensionScope, QualifiedNameSource
 
 from codemod.analysis import match as m
-from codemod.analysis.bindings import argument_for, passed_by
+from codemod.analysis.bindings import Partial, argument_for, passed_by
 from codemod.analysis.names import (
     CANONICAL,
     dict_entry,
@@ -235,7 +239,8 @@ def passed_memory(callers: list[tuple[str, Memory | PassedMemory]]) -> Memory | 
     if not pinned:
         memories = {memory for _, memory in callers}
         return memories.pop() if len(memories) == 1 else Memory.UNKNOWN
-    return PassedMemory(tuple(pinned), tuple(others))
+    # each call once: two calls here may hand on the loader of the same call of their caller
+    return PassedMemory(tuple(dict.fromkeys(pinned)), tuple(dict.fromkeys(others)))
 
 
 class Place(enum.Enum):
@@ -297,6 +302,8 @@ DEVICE_STRING = re.compile(r"^(cuda|cpu|mps|xla|xpu|meta|hpu)(:\d+)?$")
 ASSIGN_LIKE = (cst.Assign, cst.AnnAssign, cst.AugAssign, cst.NamedExpr)
 LOOPS = (cst.For, cst.While)
 OBJECT_COPIES = ("copy.deepcopy", "copy.copy")
+PARTIAL = "functools.partial"
+MAX_PARTIAL_DEPTH = 3  # a partial of a partial of ..., followed this deep
 # What perfmod's torchrun-ready rewrite (PM601) chooses the device with: it returns the device
 # it is given (in a launch of several processes, this process's GPU of that type).
 RUNTIME_SETUP = "runtime.distributed.setup"
@@ -408,15 +415,25 @@ class Kinds:
         self._staying = PerBindings()  # do the bindings' modules only stay where they are
         self._annotations: dict[int, Fact] = {}  # annotation node -> what it says the value holds
         self._project_modules = None  # the project's own modules (codemod.analysis.project), when first asked
+        self._partials_made = "partial" in context.code  # else no call is of a `functools.partial`
+        self._partials: dict[int, tuple[cst.BaseExpression, tuple[cst.Call, ...]] | None] = {}
 
     # -- public API ------------------------------------------------------------
 
     def fact(self, expr: cst.BaseExpression) -> Fact:
+        return self._asked(self._fact, expr)
+
+    def called_fact(self, value: cst.BaseExpression) -> Fact:
+        """What a call of the function value `value` gives (`_called_fact`)."""
+        return self._asked(self._called_fact, value)
+
+    def _asked(self, compute, expr: cst.BaseExpression) -> Fact:
+        """`compute(expr)` for a question a rule (or another module) asks, within the budget."""
         if not self._asking:
             self._spent = 0
         self._asking += 1
         try:
-            fact = self._fact(expr)
+            fact = compute(expr)
         finally:
             self._asking -= 1
         return UNKNOWN if fact.kind is Kind.BOTTOM else fact
@@ -651,7 +668,7 @@ class Kinds:
         function of this file returns where it has one `return` (`g, d = build(device)`);
         None otherwise."""
         if isinstance(value, cst.Call) and depth < MAX_RETURN_DEPTH:
-            function = self._local_callee(value)
+            function = self._runs(value)
             returns, yields = self.exits(function) if function is not None else ((), ())
             if len(returns) == 1 and not yields and returns[0].value is not None:
                 return self.element(returns[0].value, index, depth + 1)
@@ -987,7 +1004,7 @@ class Kinds:
         local = self.local_class(call.func)
         if local is not None:
             return self._built_module(self.class_fact(local), call)
-        function = self._local_callee(call)
+        function = self._runs(call)
         if function is not None:
             iterated = self._yielded_argument(call, function)
             return self._fact(iterated) if iterated is not None else self._returns_fact(function)
@@ -1007,6 +1024,8 @@ class Kinds:
         callee = self._fact(call.func)
         if callee.kind is Kind.MODULE:  # model(x)
             return Fact(Kind.TENSOR, _computed_on(callee.place))
+        if callee.kind is Kind.UNKNOWN and isinstance(call.func, cst.Name):
+            return self._called_parameter_fact(call.func)  # `make_batches()` of a function its callers pass
         return BOTTOM if callee.kind is Kind.BOTTOM else UNKNOWN
 
     def _yielded_argument(self, call: cst.Call, function: cst.FunctionDef) -> cst.BaseExpression | None:
@@ -1018,7 +1037,7 @@ class Kinds:
         if self.class_of(function) is not None:
             return None
         param = yielded_items_of(self._context, function)
-        return passed_by(call, function, param) if param is not None else None
+        return passed_by(call, function, param, self.receiver_offset(call, function)) if param is not None else None
 
     def _loss_module_output(self, call: cst.Call) -> Fact | None:
         """`criterion(out, y)` for `criterion = nn.CrossEntropyLoss()` (or `self.criterion`):
@@ -1508,33 +1527,49 @@ class Kinds:
         return False
 
     def _passed_loader(
-        self, function: cst.FunctionDef, param: cst.Param, here: list[tuple[cst.Call, cst.BaseExpression]]
+        self,
+        function: cst.FunctionDef,
+        param: cst.Param,
+        here: list[tuple[cst.Call, cst.BaseExpression]],
+        called: bool = False,
     ) -> Fact:
         """The loader `param` of `function` takes from the calls `here` (of this file, each
         passing a loader) and, of a top-level function, from the calls of the other modules
         of its package (what one of those passes that cannot be told is what the annotation
         of `param` says). Its batches are in the memory `passed_memory` makes of the
         callers' loaders. UNKNOWN when a call of another module passes no loader or cannot
-        be followed; BOTTOM when no call passes one."""
+        be followed; BOTTOM when no call passes one. `called`: `param` takes a function,
+        and what a call of it gives is asked of what the callers pass (`_called_fact`)."""
         project = self._project()
-        callers = [(project.shown_in(self._context, call), self._fact(value)) for call, value in here]
+        value_fact = self._called_fact if called else self._fact
+        callers = [(project.shown_in(self._context, call), value_fact(value)) for call, value in here]
         elsewhere = (
-            self._package_arguments(function, param) if self.parents.get(function) is self._context.module else []
+            self._package_arguments(function, param, called)
+            if self.parents.get(function) is self._context.module
+            else []
         )
         if elsewhere is None:
             return UNKNOWN
-        annotated = self.annotation_fact(param.annotation.annotation) if param.annotation is not None else UNKNOWN
+        annotated = (
+            self.annotation_fact(param.annotation.annotation)
+            if param.annotation is not None and not called
+            else UNKNOWN
+        )
         for site, fact in elsewhere:
             fact = annotated.with_memory(Memory.UNKNOWN) if fact.kind is Kind.UNKNOWN else fact
             callers.append((site, fact))
+        callers = [(site, fact) for site, fact in callers if fact.kind is not Kind.BOTTOM]  # passing nothing yet
         loader = functools.reduce(Fact.join, (fact for _, fact in callers), BOTTOM)
         if loader.kind is not Kind.LOADER:
             return loader if loader.kind is Kind.BOTTOM else UNKNOWN
         return loader.with_memory(passed_memory([(site, fact.memory) for site, fact in callers]))
 
-    def _package_arguments(self, function: cst.FunctionDef, param: cst.Param) -> list[tuple[str, Fact]] | None:
+    def _package_arguments(
+        self, function: cst.FunctionDef, param: cst.Param, called: bool = False
+    ) -> list[tuple[str, Fact]] | None:
         """What each call of `function` in the other modules of the package passes to `param`
-        (the call's `path:line`, the fact there); None when a call cannot be followed."""
+        (the call's `path:line`, the fact there; `called`: what a call of the function it
+        passes gives); None when a call cannot be followed."""
         key = (self._context.path, function.name.value, param.name.value)
         if key in _PACKAGE_PARAMS_ASKED:  # modules that pass the loader back and forth
             return None
@@ -1542,19 +1577,93 @@ class Kinds:
         _PACKAGE_PARAMS_ASKED.add(key)
         try:
             found = project.package_arguments(function, param) if project.folder is not None else []
-            return (
-                [(project.shown_in(there, call), there.kinds.fact(value)) for there, call, value in found]
-                if found is not None
-                else None
-            )
+            if found is None:
+                return None
+            return [
+                (project.shown_in(there, call), there.kinds.called_fact(value) if called else there.kinds.fact(value))
+                for there, call, value in found
+            ]
         finally:
             _PACKAGE_PARAMS_ASKED.discard(key)
+
+    def _called_parameter_fact(self, name: cst.Name) -> Fact:
+        """What a call of the parameter `name` gives, when its callers pass it functions
+        (`create_iter=make_train_iter`): what those functions return (`_called_fact`), the
+        loaders among them in the memory `_passed_loader` makes of theirs; UNKNOWN when a
+        caller passes something else or cannot be seen."""
+        parameter = self._context.bindings.param_of(name)
+        if parameter is None:
+            return UNKNOWN
+        function, param = parameter
+        passed = self.arguments(param)
+        if passed is None and not self._unnamed_here(function):
+            return UNKNOWN  # called where perfmod cannot see
+        if passed and any(value is None for _, value in passed):
+            return UNKNOWN
+        return self._passed_loader(function, param, passed or [], called=True)
+
+    def _called_fact(self, value: cst.BaseExpression) -> Fact:
+        """What a call of the function value `value` gives, its parameters holding what any
+        caller may pass: a function of this file (a `def` or a lambda, by name or in place),
+        a `functools.partial` of one, a parameter its callers pass functions to, or a
+        function of another module of the project (`Project.returned`)."""
+        wrapped = self.partial_of(value)
+        if wrapped is not None:
+            value = wrapped[0]
+        if isinstance(value, cst.Lambda):
+            return self._fact(value.body)
+        if isinstance(value, cst.Name):
+            function = sole_definition(self.scopes, value, cst.FunctionDef)
+            if function is not None:
+                return self._returns_fact(function) if self.class_of(function) is None else UNKNOWN
+            assigned = self._context.bindings.values(value)
+            if assigned is not None:  # `make_iter = lambda: iter(loader)`
+                if not all(isinstance(v, cst.Lambda) for v in assigned):
+                    return UNKNOWN
+                return functools.reduce(Fact.join, (self._fact(v.body) for v in assigned), BOTTOM)
+            if self._context.bindings.param_of(value) is not None:
+                return self._called_parameter_fact(value)
+        project = self._project()  # `data.make_iter` or `make_iter` of another module
+        imported = project.function(value) if project.folder is not None else None
+        return (project.returned(imported) or UNKNOWN) if imported is not None else UNKNOWN
+
+    def partial_of(self, func: cst.BaseExpression) -> tuple[cst.BaseExpression, tuple[cst.Call, ...]] | None:
+        """The function a `functools.partial` object `func` wraps, and the partial
+        constructions that bind its first arguments (innermost first, as `Partial.made`):
+        `func` is `partial(f, ...)` itself or a name bound once, to one; a partial of a
+        partial is followed to the function."""
+        if not self._partials_made:
+            return None
+        key = id(func)
+        if key not in self._partials:
+            self._partials[key] = None  # a name bound to a partial of itself
+            self._partials[key] = self._compute_partial(func, 0)
+        return self._partials[key]
+
+    def _compute_partial(
+        self, func: cst.BaseExpression, depth: int
+    ) -> tuple[cst.BaseExpression, tuple[cst.Call, ...]] | None:
+        made = func
+        if isinstance(func, cst.Name):
+            assigned = self._context.bindings.values(func)
+            made = assigned[0] if assigned is not None and len(assigned) == 1 else None
+        if not (
+            isinstance(made, cst.Call)
+            and made.args
+            and made.args[0].keyword is None
+            and not made.args[0].star
+            and self.names.is_(made.func, PARTIAL)
+        ):
+            return None
+        wrapped = made.args[0].value
+        inner = self._compute_partial(wrapped, depth + 1) if depth < MAX_PARTIAL_DEPTH else None
+        return (inner[0], (*inner[1], made)) if inner is not None else (wrapped, (made,))
 
     # -- the file's own functions, methods and attributes ------------------------------
 
     def local_callee(self, call: cst.Call) -> cst.FunctionDef | None:
         """The function or method of this file `call` calls, if perfmod can tell."""
-        return self._local_callee(call)
+        return self._local_callee(call.func)
 
     def returns(self, function: cst.FunctionDef) -> Fact:
         """What a call of `function` gives."""
@@ -1590,14 +1699,20 @@ class Kinds:
             and all(r.value is not None and self.in_memory_list(r.value, tuples, depth + 1) for r in returns)
         )
 
-    def argument(self, call: cst.Call, function: cst.FunctionDef, param: cst.Param, offset: int):
+    def argument(self, call: cst.Call, function: cst.FunctionDef, param: cst.Param, offset: int | Partial):
         """What `call` passes to `param` (None when it cannot be told or is not passed)."""
         return argument_for(call, function, param, offset)
 
-    def _local_callee(self, call: cst.Call) -> cst.FunctionDef | None:
-        """The function of this file `call` calls: `helper(...)` or `self.helper(...)` /
-        `obj.helper(...)` on an instance of a class of this file."""
-        func = call.func
+    def _runs(self, call: cst.Call) -> cst.FunctionDef | None:
+        """The function of this file `call` runs, also through the `functools.partial` it
+        calls (`partial_of`), for what the call gives: its arguments are the partial's and
+        its own (`receiver_offset`), which `local_callee`'s readers do not map."""
+        wrapped = self.partial_of(call.func)
+        return self._local_callee(wrapped[0] if wrapped is not None else call.func)
+
+    def _local_callee(self, func: cst.BaseExpression) -> cst.FunctionDef | None:
+        """The function of this file a call of `func` calls: `helper(...)` or
+        `self.helper(...)` / `obj.helper(...)` on an instance of a class of this file."""
         if isinstance(func, cst.Name):
             found = sole_definition(self.scopes, func, cst.FunctionDef)
             if found is not None:
@@ -1660,14 +1775,16 @@ class Kinds:
         # (a parameter passed on to itself asks about its own bindings: None, not followed)
         return self._instances.get(bindings, self._compute_instance_class)
 
-    def receiver_offset(self, call: cst.Call, function: cst.FunctionDef) -> int:
+    def receiver_offset(self, call: cst.Call, function: cst.FunctionDef) -> int | Partial:
         """How many of `function`'s parameters `call` fills before its own arguments: 1 for
         a method of a class of this file called on an object (`obj.step(x)` fills `self`),
-        0 for a function or a static method."""
+        0 for a function or a static method; for a call of a `functools.partial` of
+        `function`, the `Partial` whose arguments come first."""
+        wrapped = self.partial_of(call.func)
+        func = wrapped[0] if wrapped is not None else call.func
         params = function.params.params
-        if not isinstance(call.func, cst.Attribute) or not params:
-            return 0
-        return 1 if self.self_class(params[0]) is not None else 0
+        offset = int(isinstance(func, cst.Attribute) and bool(params) and self.self_class(params[0]) is not None)
+        return Partial(wrapped[1], offset) if wrapped is not None else offset
 
     def self_class(self, param: cst.Param) -> cst.ClassDef | None:
         """The class of this file whose instance `param` is as the first parameter of one of
@@ -1716,7 +1833,7 @@ class Kinds:
                 classdef = self.instance_class(value)
             elif isinstance(value, cst.Call):
                 classdef = self.local_class(value.func)
-                function = self._local_callee(value) if classdef is None and depth < MAX_RETURN_DEPTH else None
+                function = self._local_callee(value.func) if classdef is None and depth < MAX_RETURN_DEPTH else None
                 returns, yields = self.exits(function) if function is not None else ((), ())
                 if returns and not yields and all(r.value is not None for r in returns):
                     # `model = build(device)`: what every `return` of `build` gives
@@ -2092,10 +2209,11 @@ class Kinds:
         values = [value for _, value in found] if found else None
         return values if values is not None and None not in values else None
 
-    def callers(self, function: cst.FunctionDef) -> list[tuple[cst.Call, int]] | None:
+    def callers(self, function: cst.FunctionDef) -> list[tuple[cst.Call, int | Partial]] | None:
         """The calls of `function` in this file, with how many leading parameters the call
-        fills itself (1 for a method called on an instance); None when the function is
-        also used otherwise (passed as a value, called on something perfmod cannot see)
+        fills itself (1 for a method called on an instance), or for a call of a
+        `functools.partial` of it the `Partial` (`receiver_offset`); None when the function
+        is also used otherwise (passed as a value, called on something perfmod cannot see)
         or never called here."""
         key = id(function)
         if function is self._any_caller:
@@ -2116,9 +2234,13 @@ class Kinds:
             calls = []
             for access in found[0].references:
                 call = self.parents.get(access.node)
-                if not (isinstance(call, cst.Call) and call.func is access.node):
+                if isinstance(call, cst.Call) and call.func is access.node:
+                    calls.append((call, 0))
+                    continue
+                through = self.partial_calls(access.node)
+                if through is None:
                     return None  # passed as a value: called where perfmod cannot see
-                calls.append((call, 0))
+                calls += [(call, self.receiver_offset(call, function)) for call in through]
             return calls or None
         if name == "__init__" and not function.decorators:
             return self._constructions(classdef)
@@ -2133,10 +2255,48 @@ class Kinds:
             if self.instance_class(attribute.value) is not classdef:
                 continue
             call = self.parents.get(attribute)
-            if not (isinstance(call, cst.Call) and call.func is attribute):
+            if isinstance(call, cst.Call) and call.func is attribute:
+                calls.append((call, 1))
+                continue
+            through = self.partial_calls(attribute)
+            if through is None:
                 return None  # a bound method passed as a value
-            calls.append((call, 1))
+            calls += [(call, self.receiver_offset(call, function)) for call in through]
         return calls or None
+
+    def partial_calls(self, func: cst.BaseExpression, depth: int = 0) -> list[cst.Call] | None:
+        """The calls of the `functools.partial` objects that wrap the function `func` names:
+        `partial(func, ...)` called in place, or bound once to a name that is only called
+        (or wrapped in turn); None when a partial is handed on otherwise."""
+        arg = self.parents.get(func)
+        made = self.parents.get(arg)
+        if not (
+            isinstance(made, cst.Call)
+            and made.args
+            and made.args[0] is arg
+            and depth <= MAX_PARTIAL_DEPTH
+            and self.partial_of(made) is not None
+        ):
+            return None
+        holder = self.parents.get(made)
+        if isinstance(holder, cst.Call) and holder.func is made:
+            return [holder]
+        target = holder.targets[0].target if isinstance(holder, cst.Assign) and len(holder.targets) == 1 else None
+        scope = self.scopes.get(target) if isinstance(target, cst.Name) else None
+        found = list(scope.assignments[target.value]) if scope is not None else []
+        if len(found) != 1 or found[0].node is not target:
+            return None
+        calls: list[cst.Call] = []
+        for access in found[0].references:
+            call = self.parents.get(access.node)
+            if isinstance(call, cst.Call) and call.func is access.node:
+                calls.append(call)
+                continue
+            through = self.partial_calls(access.node, depth + 1)
+            if through is None:
+                return None
+            calls += through
+        return calls
 
     def _constructions(self, classdef: cst.ClassDef) -> list[tuple[cst.Call, int]] | None:
         """The calls that construct `classdef` (`Trainer(model, device)`), each filling the
@@ -2286,7 +2446,7 @@ class Kinds:
             first = positional(value, 0)
             return self._item_shape(first.value) if first else UNKNOWN
         if isinstance(value, cst.Call) and depth < 3:
-            function = self._local_callee(value)
+            function = self._runs(value)
             if function is not None:  # `train_loader, val_loader = build_loaders(cfg)`
                 returns, yields = self.exits(function)
                 if returns and not yields and all(isinstance(r.value, (cst.Tuple, cst.List)) for r in returns):

@@ -90,14 +90,18 @@ class NonBlockingCopy(Rule):
     tensor in pageable memory: its copy is left alone (`x.to(device).float()`
     copies the pinned tensor). A loader passed in as a parameter is followed
     to every call of its function, in the file and in the other modules of
-    its package, and to wherever each caller got it (a function of a third
-    module that builds it). When at least one caller passes a loader built
-    pinned, the copy is fixed and its message names that call; the batches
-    of the loaders other callers pass (one that does not pin, or one perfmod
-    cannot tell) are copied synchronously as before, and the message names
-    those calls too. When no caller's loader pins, or a call cannot be
-    followed (the function handed on as a value), the copy is left alone; so
-    is the copy of a batch of a loader built with a `collate_fn` and no
+    its package (a call through a `functools.partial` of the function too),
+    and to wherever each caller got it (a function of a third module that
+    builds it). So is a function passed in as a parameter whose iterator the
+    copy's batches come from (`create_iter=lambda: iter(loader)`, handed on
+    through other calls): to the loader it iterates. When at least one
+    caller passes a loader built pinned, the copy is fixed and its message
+    names that call; the batches of the loaders other callers pass (one that
+    does not pin, or one perfmod cannot tell) are copied synchronously as
+    before, and the message names those calls too. When no caller's loader
+    pins, or a call cannot be followed (the function handed on as a value
+    where perfmod cannot see it called), the copy is left alone; so is the
+    copy of a batch of a loader built with a `collate_fn` and no
     `pin_memory`, whose memory is unknown.
     It leaves alone modules (`model.to(device)`), dtype-only conversions
     (`x.to(torch.float16)`), device-to-host copies (`.cpu()`, `.to("cpu")`),
