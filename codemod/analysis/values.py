@@ -417,6 +417,9 @@ class Kinds:
         self._project_modules = None  # the project's own modules (codemod.analysis.project), when first asked
         self._partials_made = "partial" in context.code  # else no call is of a `functools.partial`
         self._partials: dict[int, tuple[cst.BaseExpression, tuple[cst.Call, ...]] | None] = {}
+        # Parameters whose callers' functions are being read: a function that passes its
+        # parameter to itself (`Tree(block, ...)` inside `Tree.__init__`) is not followed again.
+        self._called_params_asked: set[int] = set()
 
     # -- public API ------------------------------------------------------------
 
@@ -1600,7 +1603,13 @@ class Kinds:
             return UNKNOWN  # called where perfmod cannot see
         if passed and any(value is None for _, value in passed):
             return UNKNOWN
-        return self._passed_loader(function, param, passed or [], called=True)
+        if id(param) in self._called_params_asked:
+            return UNKNOWN
+        self._called_params_asked.add(id(param))
+        try:
+            return self._passed_loader(function, param, passed or [], called=True)
+        finally:
+            self._called_params_asked.discard(id(param))
 
     def _called_fact(self, value: cst.BaseExpression) -> Fact:
         """What a call of the function value `value` gives, its parameters holding what any

@@ -151,3 +151,20 @@ def test_callers_passing_functions_over_pinned_and_unpinned_loaders_name_each_ca
     # the calls that pass the functions; `hand_on`'s call hands on what its caller passes
     assert [site.rpartition(":")[2] for site in fact.memory.pinned] == [str(handed), str(lines + 1)]
     assert [site.rpartition(":")[2] for site in fact.memory.others] == [str(lines + 2)]
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        # a function that hands its function parameter to itself
+        "def repeat(make, n):\n    if n:\n        repeat(make, n - 1)\n    probe(make())\n\n\nrepeat(pinned_iter, 2)\n",
+        # a class that builds itself with the layer class it is given (a tree of blocks)
+        "class Tree(nn.Module):\n    def __init__(self, block, level):\n        super().__init__()\n"
+        "        self.node = block(3, 3)\n        if level > 1:\n            self.child = Tree(block, level - 1)\n"
+        "        probe(self.node)\n\n\nnet = Tree(nn.Linear, 3)\n",
+    ],
+    ids=["recursive-function", "recursive-class"],
+)
+def test_a_parameter_passed_back_to_its_own_function_is_not_followed_around_again(code):
+    *_, fact = facts_of_probes(LOADERS + code)  # (the last probe: `consume` holds one too)
+    assert fact == Fact(Kind.UNKNOWN)  # what the recursive call passes is what is being asked
