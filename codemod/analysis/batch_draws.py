@@ -25,8 +25,7 @@ Built once per file (FileContext.shared).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import libcst as cst
 
@@ -53,8 +52,7 @@ def batch_draws(context: FileContext) -> BatchDraws:
     return context.shared(KEY, BatchDraws)
 
 
-@dataclass(frozen=True)
-class BatchDraw:
+class BatchDraw(NamedTuple):
     """`call` draws a new random batch on every step (see the module's docstring)."""
 
     call: cst.Call

@@ -57,7 +57,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import libcst as cst
 from libcst.metadata import Assignment, ImportAssignment
@@ -117,8 +117,7 @@ class WindowPlan:
     problem: str | None = None
 
 
-@dataclass(frozen=True)
-class Rebinding:
+class Rebinding(NamedTuple):
     """The loop variables a loader's items take in place of the windows."""
 
     variables: dict[str, str]  # tensor -> the name its batch is bound to
@@ -126,8 +125,7 @@ class Rebinding:
     replaced: list[tuple[cst.CSTNode, str]]  # expression -> the variable that replaces it
 
 
-@dataclass(frozen=True)
-class ListBatchPlan:
+class ListBatchPlan(NamedTuple):
     """`DataLoader(corpus, batch_size=width, shuffle=True, drop_last=..., collate_fn=work)`
     iterated by the step loop in place of the permutation's windows."""
 

@@ -19,8 +19,7 @@ Public API (reached as `context.command_line`):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import libcst as cst
 
@@ -33,8 +32,7 @@ if TYPE_CHECKING:
 PARSE_METHODS = ("parse_args", "parse_known_args")
 
 
-@dataclass(frozen=True)
-class Option:
+class Option(NamedTuple):
     call: cst.Call  # the add_argument call
     default: cst.BaseExpression | None  # its `default=`; None where it has none
     choices: tuple[cst.BaseExpression, ...] | None  # the literal `choices=`; None where any value goes

@@ -23,8 +23,7 @@ compute a step's loss (`computes_loss`, `loss_functions`).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import libcst as cst
 
@@ -65,8 +64,7 @@ _SHAPE_ATTRIBUTES = METADATA_ATTRIBUTES | {"training"}
 _SHAPE_FUNCTIONS = {"len", "isinstance", "hasattr", "callable", "type"}
 
 
-@dataclass(frozen=True)
-class Forward:
+class Forward(NamedTuple):
     """What torch.compile makes of a forward."""
 
     obstacle: str | None  # why it does not compile to one reused graph; None: it does
@@ -269,8 +267,7 @@ def model_break(context: FileContext, loop, name: str) -> tuple[cst.Call, str] |
     return compile_break(context, [c for c in calls if calls_model(context, c, name)])
 
 
-@dataclass(frozen=True)
-class Draw:
+class Draw(NamedTuple):
     """Why compiling a model would draw other random numbers than eager mode."""
 
     what: str  # the draw, as the message names it: `Dropout`, or the class that may run one
@@ -337,8 +334,7 @@ def _project_class(context, loop, name: str) -> tuple[FileContext, cst.ClassDef]
 # -- the file around the forward -------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class FileObstacles:
+class FileObstacles(NamedTuple):
     """What a file does that bears on compiling a model it trains."""
 
     compiled: bool  # it compiles something already (`torch.compile`, any alias; `.compile()` of a module)

@@ -51,7 +51,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import partial
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import libcst as cst
 from libcst.metadata import BuiltinAssignment
@@ -120,8 +120,7 @@ class TextTable:
     region: cst.CSTNode
 
 
-@dataclass(frozen=True)
-class _PaddedBatch:
+class _PaddedBatch(NamedTuple):
     """The texts a padding tokenizer's call of the step tokenizes: `element` of each text
     `variable` of `texts` (the call's own list where `texts` is None), the list comprehension
     and its line that make them where they are made text by text, and how the step picks

@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import libcst as cst
 from libcst.metadata import Assignment, GlobalScope
@@ -720,8 +720,7 @@ def is_text(context: FileContext, expr: cst.BaseExpression, seen: frozenset[int]
 # -- values every process computes alike -----------------------------------------------------
 
 
-@dataclass(frozen=True)
-class PerProcess:
+class PerProcess(NamedTuple):
     """Why a value may differ between the processes of one launch. `node` is the call or
     read behind it: a value each process makes for itself (`source`: `tempfile.mkdtemp()`,
     `time.time()`, `os.environ["RANK"]`; `temporary` when it is a temporary file or folder),

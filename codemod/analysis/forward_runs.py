@@ -48,8 +48,7 @@ For the training loops of the file as a whole, and for one loop:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import libcst as cst
 
@@ -80,8 +79,7 @@ def forward_runs(context: FileContext) -> ForwardRuns:
     return context.shared(KEY, ForwardRuns)
 
 
-@dataclass(frozen=True)
-class Owner:
+class Owner(NamedTuple):
     """An engine that runs the backward pass and applies a mixed precision of its own."""
 
     call: cst.Call  # its construction, `Accelerator(...)`

@@ -266,7 +266,12 @@ class GradResets:
         code = self.context.module.code_for_node
         spelled = optimizer.expression
         for node in self.context.index.find((cst.Name, cst.Attribute)):
-            if node is optimizer.call or self.context.inside(node, optimizer.call) or code(node) != spelled:
+            # A node's code holds its last name: tested first, the code of every name and
+            # attribute of the file is not generated.
+            last = node.value if isinstance(node, cst.Name) else node.attr.value
+            if last not in spelled or node is optimizer.call or self.context.inside(node, optimizer.call):
+                continue
+            if code(node) != spelled:
                 continue
             parent = self.context.parents.get(node)
             if isinstance(parent, cst.Attribute) and parent.value is node:

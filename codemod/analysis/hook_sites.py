@@ -12,8 +12,7 @@ parameter) may hook anything: its root is None.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import libcst as cst
 
@@ -27,8 +26,7 @@ if TYPE_CHECKING:
 _PART_METHODS = ("get_submodule",)
 
 
-@dataclass(frozen=True)
-class HookSite:
+class HookSite(NamedTuple):
     call: cst.Call  # the registration
     root: str | None  # the name the hooked module is reached from (`model`, `self`); None: unknown
     path: tuple[str, ...]  # the attributes from the root to the hooked module (`("probe",)`)

@@ -15,7 +15,7 @@ that its `fit(...)` trains.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 import libcst as cst
 
@@ -32,8 +32,7 @@ from codemod.analysis.torch_facts import (
 KEY = "lightning"
 
 
-@dataclass(frozen=True)
-class TrainerBuild:
+class TrainerBuild(NamedTuple):
     call: cst.Call  # `L.Trainer(...)`
     accelerator: cst.BaseExpression | None  # its `accelerator=`; None: the default, "auto"
     precision: cst.BaseExpression | None  # its `precision=`; None: the default, full precision
@@ -44,8 +43,7 @@ class TrainerBuild:
     modules: tuple[cst.ClassDef, ...] | None
 
 
-@dataclass(frozen=True)
-class Accelerator:
+class Accelerator(NamedTuple):
     """Where a Trainer trains, told from its `accelerator=`: one answer for every rule."""
 
     # "gpu": every value it may hold is a CUDA GPU; "option": a CUDA GPU as the script is

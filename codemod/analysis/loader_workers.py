@@ -30,8 +30,7 @@ project function that trains on them.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import libcst as cst
 
@@ -50,8 +49,7 @@ def loader_workers(context: FileContext) -> LoaderWorkers:
     return context.shared(KEY, LoaderWorkers)
 
 
-@dataclass(frozen=True)
-class Count:
+class Count(NamedTuple):
     """Where a loader's worker count is written."""
 
     zero: cst.BaseExpression | None  # the count written out, whose setting is 0; None: not written
@@ -60,8 +58,7 @@ class Count:
     written: bool = False  # a literal `0`, the only worker option, that the count may replace
 
 
-@dataclass(frozen=True)
-class Blocker:
+class Blocker(NamedTuple):
     """Why a loader is not given workers: `kind` is one of "hidden" (`node`: a `**kwargs`
     that cannot be seen whole, from `Count.hidden`), "explicit" (an explicit count
     stays as written), "indexes" (the dataset only indexes tensors in memory), "star_args",

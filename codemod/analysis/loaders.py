@@ -20,8 +20,7 @@ from __future__ import annotations
 
 import functools
 import os
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import libcst as cst
 
@@ -111,8 +110,7 @@ def _key(argument):
     return id(argument)
 
 
-@dataclass(frozen=True)
-class Feed:
+class Feed(NamedTuple):
     """A loop that gets its batches from a DataLoader construction: a `for` over (something
     built from) it, or a loop that takes `next(it)` of an iterator over it."""
 
@@ -124,8 +122,7 @@ class Feed:
     fetch: cst.Call | None = None  # the `next(it)` call, for a loop that fetches its batches
 
 
-@dataclass(frozen=True)
-class DeviceCopy:
+class DeviceCopy(NamedTuple):
     """A copy of a loop's batch to a device: `x.to(device)`, `x.cuda()`."""
 
     call: cst.Call
@@ -133,8 +130,7 @@ class DeviceCopy:
     device: cst.BaseExpression | None  # None for `.cuda()`
 
 
-@dataclass(frozen=True)
-class Handoff:
+class Handoff(NamedTuple):
     """A DataLoader (built in this file, or by a project factory this file calls) that this
     file passes to a function of another module of the project, whose loop copies its
     batches to a device."""
@@ -147,8 +143,7 @@ class Handoff:
     factory: cst.Call | None = None  # the call of this file to the project factory that built it, if not here
 
 
-@dataclass(frozen=True)
-class Caller:
+class Caller(NamedTuple):
     """A call, in another module of this file's package, of a function of this file that
     returns one of its DataLoaders, and what that module does with the loader's batches."""
 
@@ -159,8 +154,7 @@ class Caller:
     guarded: bool  # the call runs only when its module runs as a script (spawned workers import it)
 
 
-@dataclass(frozen=True)
-class Returned:
+class Returned(NamedTuple):
     """A DataLoader construction of this file that a top-level function of it returns, with
     the calls of that function in the other modules of the file's package."""
 
@@ -201,16 +195,14 @@ class Returned:
         return all(c.guarded for c in self.callers)
 
 
-@dataclass(frozen=True)
-class StepData:
+class StepData(NamedTuple):
     """Where the data of a loop that iterates no DataLoader comes from."""
 
     how: str  # RANDOM, SAME or OUTSIDE (below)
     at: cst.CSTNode | None = None  # the draw, or the call that gives the data
 
 
-@dataclass(frozen=True)
-class BatchWindow:
+class BatchWindow(NamedTuple):
     """`seq[step * bs:(step + 1) * bs]` (or `seq[i:i + bs]` for `i` stepping by `bs`) in a
     loop over a counter: one batch of `bs` items of `seq`, the next one each iteration."""
 
@@ -219,8 +211,7 @@ class BatchWindow:
     width: cst.BaseExpression  # `bs`
 
 
-@dataclass(frozen=True)
-class ListBatch:
+class ListBatch(NamedTuple):
     """A step's batch cut from a permutation of a Python list held in memory and looked up
     item by item: `perm = torch.randperm(N)`, `idx = perm[step * bs:(step + 1) * bs]`,
     `batch = [texts[i] for i in idx.tolist()]`."""

@@ -25,8 +25,7 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from collections.abc import Iterator
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import libcst as cst
 
@@ -76,8 +75,7 @@ def calls_in(node: cst.CSTNode) -> list[cst.Call]:
     return walker.calls
 
 
-@dataclass(frozen=True)
-class StepSite:
+class StepSite(NamedTuple):
     """Where a node runs once per step: in `loop`, through `calls` (the call in the
     loop's body first, each later one in the function the previous one calls; empty
     when the node is in the loop's body itself)."""

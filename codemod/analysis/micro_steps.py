@@ -19,8 +19,7 @@ taken.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import libcst as cst
 
@@ -32,8 +31,7 @@ if TYPE_CHECKING:
     from codemod.context import FileContext
 
 
-@dataclass(frozen=True)
-class MicroSteps:
+class MicroSteps(NamedTuple):
     forward_problem: str | None  # why the forward region is unknown (then nothing else is set)
     statements: tuple[cst.BaseStatement, ...] = ()  # the block of the forward region
     first: int = 0  # the forward's first statement

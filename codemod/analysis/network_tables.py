@@ -27,8 +27,7 @@ whether the file stores into it or hooks it (`table_touched`).
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import libcst as cst
 
@@ -45,8 +44,7 @@ MAX_DEPTH = 4  # helpers followed from the table's assignment to the classes of 
 SEQUENTIAL = {"torch.nn.Sequential", "torch.nn.modules.container.Sequential"}
 
 
-@dataclass(frozen=True)
-class NetworkTable:
+class NetworkTable(NamedTuple):
     attribute: str  # `ci_fns`: the attribute of the model that holds the table
     kind: str  # "dict" (its networks are its `.values()`) or "list"
     caller: str  # the method of the model that calls its networks

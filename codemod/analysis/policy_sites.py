@@ -25,8 +25,7 @@ precision policy, a gradient scaler) can be built, and how the forward pass then
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import libcst as cst
 
@@ -45,8 +44,7 @@ def policy_sites(context: FileContext) -> PolicySites:
     return context.shared(KEY, PolicySites)
 
 
-@dataclass(frozen=True)
-class Site:
+class Site(NamedTuple):
     """Build the value next to `anchor` (after it when `after`), as `{target}name =
     ...({device})`; the forward pass reads it as `{spelled}name`."""
 

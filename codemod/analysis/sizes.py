@@ -32,8 +32,8 @@ arithmetic beside them.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, NamedTuple
 
 import libcst as cst
 
@@ -132,8 +132,7 @@ Tensor = tuple[tuple[int, ...], int]  # a tensor's shape and the bytes of one el
 Item = tuple[tuple[tuple[int, ...] | None, Tensor], ...]
 
 
-@dataclass(frozen=True)
-class ModuleSize:
+class ModuleSize(NamedTuple):
     parameters: int  # elements of its parameters
     state: int  # elements of its state_dict: parameters and buffers (running statistics)
     # (k, n) of each float32 matrix product its layers make; None when it makes some of
@@ -1347,15 +1346,15 @@ class Sizes:
                 shape = self.tensor(tensor.value, depth + 1) if tensor is not None else None
                 if shape is None:
                     return None
-                total = replace(total, state=total.state + math.prod(shape[0]))
+                total = total._replace(state=total.state + math.prod(shape[0]))
             elif self.names.of(call.func) & (MATRIX_PRODUCTS - _SIZED_LAYERS) or (
                 isinstance(call.func, cst.Attribute) and call.func.attr.value in MATRIX_PRODUCT_METHODS
             ):
-                total = replace(total, products=None)
+                total = total._replace(products=None)
         if any(
             isinstance(b.operator, cst.MatrixMultiply) for b in self.index.find(cst.BinaryOperation, within=classdef)
         ):
-            total = replace(total, products=None)
+            total = total._replace(products=None)
         return total
 
     def _passed_values(self, name: cst.Name) -> list[cst.BaseExpression] | None:

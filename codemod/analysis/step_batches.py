@@ -57,7 +57,7 @@ A fact that cannot be had raises `NotDistributable` with the node and the true r
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import libcst as cst
 
@@ -118,8 +118,7 @@ class LoaderSite:
     cycled: tuple[cst.Name, cst.BaseStatement] | None = None  # a generator's parameter, its pass over it
 
 
-@dataclass(frozen=True)
-class RandomBatches:
+class RandomBatches(NamedTuple):
     """Batches drawn at random in each step: the draws, the size that sizes each, where."""
 
     body: cst.CSTNode  # the loop's body, or the helper's it calls
@@ -128,8 +127,7 @@ class RandomBatches:
     statement: cst.CSTNode  # the statement of the loop that draws the batch
 
 
-@dataclass(frozen=True)
-class EpochSite:
+class EpochSite(NamedTuple):
     """Where a loader's sampler is told each new epoch."""
 
     loop: cst.For | cst.While  # the loop that runs once per epoch (a `while` over `next(it)`: itself)
@@ -139,8 +137,7 @@ class EpochSite:
     before: tuple[cst.CSTNode, ...] = ()  # the statements it goes before: the epoch loop's first, or each restart
 
 
-@dataclass(frozen=True)
-class LoaderArguments:
+class LoaderArguments(NamedTuple):
     """What a sampler per rank needs of the DataLoader call that feeds the step loop."""
 
     dataset: cst.BaseExpression

@@ -22,7 +22,7 @@ of the model covers and the statement it goes after.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
+from typing import NamedTuple
 
 import libcst as cst
 
@@ -246,8 +246,7 @@ def caller_site(context, loop: cst.CSTNode, name: str) -> cst.CSTNode | None:
     return None
 
 
-@dataclass(frozen=True)
-class CallerAnchor:
+class CallerAnchor(NamedTuple):
     """Where the one caller of a training function builds the model it gives it."""
 
     anchor: cst.SimpleStatementLine  # the statement a compile goes after

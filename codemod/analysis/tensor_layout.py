@@ -24,8 +24,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import libcst as cst
 from libcst.metadata import Assignment
@@ -238,8 +237,7 @@ def _is_self(name: cst.Name, method: cst.FunctionDef) -> bool:
 # -- einsum specs --------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Spec:
+class Spec(NamedTuple):
     """An einsum equation: each operand's letters and the output's, `...` as the letter
     '.' (at most once per term, leading)."""
 

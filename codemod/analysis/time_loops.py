@@ -1259,8 +1259,7 @@ def same(first: Sym | None, second: Sym | None, code) -> bool:
 # -- lifting -------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Lift:
+class Lift(NamedTuple):
     """A step value over all steps: `code` is a tensor with time at dim `time` (from the left
     if >= 0, from the right if < 0), or a value that is the same at every step (`time`
     None, `kind` says whether a number or a tensor)."""

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Iterable
-from dataclasses import dataclass, replace
+from typing import NamedTuple
 
 FUNCTIONAL = "torch.nn.functional"
 METHOD = "Tensor."
@@ -161,8 +161,7 @@ _EFFECTS = (Category.SAVE, Category.GRAD_NORM, Category.GRAD_CLIP, Category.AUTO
 _WEIGHTED = (Category.MATMUL, Category.CONVOLUTION, Category.RECURRENT, Category.EMBEDDING)
 
 
-@dataclass(frozen=True)
-class Dtype:
+class Dtype(NamedTuple):
     name: str  # `torch.<name>`
     bytes: int  # of one element
     kind: str  # "float", "complex", "int" or "bool"
@@ -195,8 +194,7 @@ DTYPE_OF: dict[str, Dtype] = {name: dtype for dtype in DTYPES for name in dtype.
 _CAST_DTYPES = {dtype.cast: dtype.name for dtype in DTYPES if dtype.cast is not None}
 
 
-@dataclass(frozen=True)
-class Loss:
+class Loss(NamedTuple):
     functional: str  # the function (last part of its name) that computes it
     reduction: str = "mean"  # torch's default
     ignore_index: int | None = None  # torch's default, for losses over class targets
@@ -215,8 +213,7 @@ class Loss:
     options: tuple[str, ...] = ()
 
 
-@dataclass(frozen=True)
-class Op:
+class Op(NamedTuple):
     name: str
     category: Category
     random: bool = False  # its values are drawn from the global RNG
@@ -323,8 +320,7 @@ class Op:
         return self.name.rpartition(".")[2]
 
 
-@dataclass(frozen=True)
-class Attr:
+class Attr(NamedTuple):
     """An attribute of a tensor (`x.T`, `x.shape`), in the terms of an op's facts."""
 
     name: str
@@ -710,7 +706,9 @@ for _names, _facts in _CROSSING:
 _UNKNOWN = sorted(_FACTS_BY_NAME.keys() - {op.name for op in ENTRIES})
 if _UNKNOWN:  # a misspelt name would lose its facts silently
     raise KeyError(f"facts of names not in the table: {_UNKNOWN}")
-ENTRIES = [replace(op, **_FACTS_BY_NAME.get(op.name, {})) for op in ENTRIES]
+# Only the entries with such facts are rebuilt: a rebuild of all of them (each of some
+# forty fields) was a third of this module's import.
+ENTRIES = [op._replace(**_FACTS_BY_NAME[op.name]) if op.name in _FACTS_BY_NAME else op for op in ENTRIES]
 OPS: dict[str, Op] = {op.name: op for op in ENTRIES}  # one entry a name (tested)
 
 # A tensor's attributes, keyed `Tensor.<name>` as its methods are.
@@ -730,8 +728,7 @@ ATTRIBUTES: dict[str, Attr] = {
 MODULE = "Module."
 
 
-@dataclass(frozen=True)
-class ModuleMethod:
+class ModuleMethod(NamedTuple):
     name: str
     returns_self: bool = False  # it returns the module itself: `Net().to(device).train()` is the `Net`
     # It neither moves the module nor hands it out: a model's place is the same after
@@ -799,13 +796,12 @@ _UNKNOWN_METHODS = sorted(_MODULE_FACTS.keys() - {method.name for method in _MOD
 if _UNKNOWN_METHODS:  # a misspelt name would lose its facts silently
     raise KeyError(f"facts of module methods not in the table: {_UNKNOWN_METHODS}")
 NN_MODULE_METHODS: dict[str, ModuleMethod] = {
-    MODULE + method.name: replace(method, **_MODULE_FACTS.get(method.name, {})) for method in _MODULE_METHODS
+    MODULE + method.name: method._replace(**_MODULE_FACTS.get(method.name, {})) for method in _MODULE_METHODS
 }
 
 
 # The `nn` layers whose parameters perfmod counts, by their class name in torch.nn.
-@dataclass(frozen=True)
-class SizedLayer:
+class SizedLayer(NamedTuple):
     # The constructor's first arguments in torch's order, with their defaults (None: required):
     # the sizes its parameters follow from, and those before them.
     arguments: tuple[tuple[str, object], ...]
@@ -907,8 +903,7 @@ _FUSED_DEVICES = frozenset({"cuda", "cpu", "mps", "xpu", "hpu"})
 LAUNCH_FUSED_DEVICES = ("cuda", "cpu")
 
 
-@dataclass(frozen=True)
-class Optimizer:
+class Optimizer(NamedTuple):
     # The state it keeps for each parameter as tensors of the parameter's shape (0-dim
     # counters, `step`, not counted), and the keywords that add one each unless left at their
     # default (`momentum=0`, `amsgrad=False`, `centered=False`).
@@ -942,8 +937,7 @@ OPTIMIZERS: dict[str, Optimizer] = {
 LR_KEYS = ("lr", "initial_lr")
 
 
-@dataclass(frozen=True)
-class Scheduler:
+class Scheduler(NamedTuple):
     writes: tuple[str, ...]  # the keys of each parameter group it writes, built and stepped with its defaults
 
 
@@ -972,8 +966,7 @@ DEFAULT_TENSOR_TYPES: dict[str, str] = {
 }
 
 
-@dataclass(frozen=True)
-class DatasetClass:
+class DatasetClass(NamedTuple):
     iterable: bool = False  # its items are iterated, not indexed: the base of iterable datasets
     rows_of_tensors: bool = False  # its items are rows of the tensors it is given, memory already held
     of_datasets: bool = False  # made of other datasets: an item costs what an item of a part costs
@@ -1012,8 +1005,7 @@ DATA_FUNCTIONS: dict[str, DataFunction] = {
 }
 
 
-@dataclass(frozen=True)
-class Loader:
+class Loader(NamedTuple):
     # Its keywords that raise or mean nothing without worker processes: a loader that passes
     # one of them has chosen how it loads.
     worker_options: tuple[str, ...]

@@ -26,15 +26,13 @@ and models imported from the user's own packages, which Kinds cannot see into.
 from __future__ import annotations
 
 import builtins
-import dataclasses
 import enum
 import functools
 import heapq
 from bisect import bisect_left
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
 from itertools import chain
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import libcst as cst
 from libcst.metadata import Assignment
@@ -118,8 +116,7 @@ class _Steering(enum.Enum):
     FLOWS_ON = enum.auto()
 
 
-@dataclass(frozen=True)
-class OptimizerBuild:
+class OptimizerBuild(NamedTuple):
     """An optimizer a loop steps, and the call that built it."""
 
     expression: str  # as the loop spells it: "optimizer", "self.opt"
@@ -128,8 +125,7 @@ class OptimizerBuild:
     params: cst.BaseExpression | None  # the first argument (or `params=`) of a torch.optim class
 
 
-@dataclass(frozen=True)
-class Backward:
+class Backward(NamedTuple):
     call: cst.Call  # the `.backward()` call
     loss: cst.BaseExpression  # what is differentiated, without `scaler.scale(...)` and `/ accum`
     scaled: bool  # through `scaler.scale(...)`
@@ -139,15 +135,13 @@ class Backward:
     owner: cst.Call | None = None
 
 
-@dataclass(frozen=True)
-class Step:
+class Step(NamedTuple):
     call: cst.Call  # `opt.step()` or `scaler.step(opt)`
     optimizer: cst.BaseExpression
     scaled: bool  # through `scaler.step(...)`
 
 
-@dataclass(frozen=True)
-class Accumulation:
+class Accumulation(NamedTuple):
     """Gradient accumulation: several backward passes per optimizer step."""
 
     steps: cst.BaseExpression | None  # the count as written (`accum`), where one is visible
@@ -156,8 +150,7 @@ class Accumulation:
     micro_loop: cst.For | cst.While | None  # an inner loop of backward passes before one step
 
 
-@dataclass(frozen=True)
-class ForwardRegion:
+class ForwardRegion(NamedTuple):
     """Statements `block.body[first:last + 1]`: from the first model call to the loss."""
 
     block: cst.IndentedBlock
@@ -169,14 +162,12 @@ class ForwardRegion:
         return self.block.body[self.first : self.last + 1]
 
 
-@dataclass(frozen=True)
-class Autocast:
+class Autocast(NamedTuple):
     node: cst.CSTNode  # the `with` statement or decorator that enables it
     form: str  # "call", "context variable", "helper", "imported" or "context passed in"
 
 
-@dataclass(frozen=True)
-class Scaler:
+class Scaler(NamedTuple):
     expression: str  # "scaler"
     call: cst.Call | None  # the constructor call, when this file has one
     qualified_name: str | None  # "torch.amp.GradScaler", ...
@@ -185,8 +176,7 @@ class Scaler:
     compute_dtype: cst.BaseExpression | None = None
 
 
-@dataclass(frozen=True)
-class Model:
+class Model(NamedTuple):
     expression: str  # as the code spells it: "model", "self.net"
     move: cst.Call | None  # the last `.to(device)` / `.cuda()` placing it before the loop
     device: cst.BaseExpression | None  # the device argument of `move` (None for `.cuda()` or no move)
@@ -197,8 +187,7 @@ class Model:
     owner: cst.ClassDef | None = None  # the class on whose `self` a method reads it (`self.net`), if so
 
 
-@dataclass(frozen=True)
-class Problem:
+class Problem(NamedTuple):
     """Why a fact is missing: a sentence whose line numbers (`{}` in `text`, for
     `nodes`) are looked up only when it is read."""
 
@@ -212,8 +201,7 @@ class Problem:
         return self.text.format(*(self.line(node) for node in self.nodes))
 
 
-@dataclass(frozen=True)
-class TrainingLoop:
+class TrainingLoop(NamedTuple):
     loop: cst.For | cst.While
     backwards: tuple[Backward, ...]
     steps: tuple[Step, ...]
@@ -1123,9 +1111,7 @@ class Training:
             if code not in found:
                 found.append(code)
                 expressions.append(expr)
-        return tuple(
-            dataclasses.replace(self.model(expr, loop), owner=self.self_class_of(expr)) for expr in expressions
-        )
+        return tuple(self.model(expr, loop)._replace(owner=self.self_class_of(expr)) for expr in expressions)
 
     def self_class_of(self, expr: cst.BaseExpression) -> cst.ClassDef | None:
         """The class whose method `expr` is read in as its `self` or a part of it (`self`,
@@ -2470,8 +2456,7 @@ def _is_true(expr: cst.BaseExpression) -> bool:
     return isinstance(expr, cst.Name) and expr.value == "True"
 
 
-@dataclass(frozen=True)
-class _Placements:
+class _Placements(NamedTuple):
     receivers: list[str]  # the code of each placement call's receiver, sorted
     calls: list[tuple[cst.Call, str]]  # (call, receiver), in the order of `receivers`
     acting_on: dict[str, list[cst.Call]]  # model code -> the placement calls applied to it (Training._acted_on)

@@ -691,10 +691,14 @@ class Variance:
         last = self._bindings.statement(chain[-1]) if len(chain) > 1 else line
         end = self.context.positions[self.context.parents.get(last) if isinstance(last, cst.Assign) else last].end
         for access in scope.accesses[name]:
-            start = self.context.positions[access.node].start
+            # Only the reads in the loop are placed: the position of a read elsewhere in the
+            # scope (a module-level name is read all over the file) would generate its code.
+            if not self.context.inside(access.node, region):
+                continue
             if any(self.context.inside(access.node, member.value) for member in chain[1:]):
                 continue  # the chain's next statement reading the one before
-            if self.context.inside(access.node, region) and (start.line, start.column) < (end.line, end.column):
+            start = self.context.positions[access.node].start
+            if (start.line, start.column) < (end.line, end.column):
                 return f"`{name}` is read in the loop before it is bound"
         for alias in sorted(self.aliases(statement.targets[0].target, region)):
             changed = self.in_place_change(alias, region)
@@ -723,8 +727,8 @@ class Variance:
             line = self.context.parents.get(assign) if isinstance(assign, cst.Assign) else None
             if line is None or single_assignment(line) is not assign:
                 return None
-            members.append((self.context.positions[line].start.line, line, assign))
-        members.sort(key=lambda member: member[0])
+            members.append((self.context.index.order(line), line, assign))
+        members.sort(key=lambda member: member[0])  # document order: the order of their lines
         if len({id(self.context.parents.get(line)) for _, line, _ in members}) != 1:
             return None  # not one block: a branch may skip one of them
         chain = [assign for _, _, assign in members]
