@@ -359,7 +359,7 @@ def _context(
         shared = index.shared_statements()
         body = [s.deep_clone() if k in shared else s for k, s in enumerate(current.body)]
         current = current.with_changes(body=body)
-        index = TreeIndex(current, reused)
+        index = index.with_clones(current)
     if not index.unique:
         current, lines = parse(code.encode(encoding)), None
         index = TreeIndex(current)

@@ -209,3 +209,26 @@ def test_a_later_pass_generates_no_statement_the_text_was_written_from(monkeypat
     monkeypatch.setattr(Positions, "_compute", lambda self, s: (generated.append(s), compute(self, s)))
     parses(monkeypatch, first, second)
     assert handed and not {id(s) for s in handed} & {id(s) for s in generated}
+
+
+@pytest.mark.parametrize("first, second", TWO_PASSES)
+def test_a_pass_on_a_rewrite_that_puts_a_node_in_two_places_walks_the_tree_once(monkeypatch, first, second):
+    built = []  # the modules the engine built an index for by walking them
+
+    class Walked(TreeIndex):
+        def __init__(self, module, earlier=None):
+            built.append(module)
+            super().__init__(module, earlier)
+
+    contexts = []  # the modules the passes ran on
+    original_context = engine._context
+
+    def context(*args):
+        made = original_context(*args)
+        contexts.append(made.module)
+        return made
+
+    monkeypatch.setattr(engine, "TreeIndex", Walked)
+    monkeypatch.setattr(engine, "_context", context)
+    parses(monkeypatch, first, second)
+    assert 1 < len(contexts) == len(built)  # the clones' index is made from the tables of the first
