@@ -35,11 +35,13 @@ class FileContext:
         index: TreeIndex | None = None,
         earlier: FileContext | None = None,
         statement_lines: list[int] | None = None,
+        written: Mapping[cst.CSTNode, tuple[dict, str]] | None = None,
     ) -> None:
         """`earlier`: the context of the module this one rewrites (the engine's previous
         pass), whose work on the statements the two share is taken over where it holds;
         `statement_lines`: the line each statement of the module's body starts on, where
-        the caller knows it (Positions.statement_lines)."""
+        the caller knows it (Positions.statement_lines); `written`: the ranges and code of
+        the statements the caller generated at those lines (codemod.writeback)."""
         self.module = module
         self.code = code  # the module's source text
         self.path = path
@@ -50,6 +52,7 @@ class FileContext:
         # (only what the earlier context computed; positions are all it offers so far)
         self._earlier_positions: Positions | None = earlier.__dict__.get("positions") if earlier is not None else None
         self._statement_lines = statement_lines
+        self._written = written
 
     @classmethod
     def of_source(cls, code: str, path: str = "<string>", settings: Settings | None = None) -> FileContext:
@@ -64,7 +67,9 @@ class FileContext:
 
     @cached_property
     def positions(self) -> Positions:
-        return Positions(self.module, self.parents, self.code, self._earlier_positions, self._statement_lines)
+        return Positions(
+            self.module, self.parents, self.code, self._earlier_positions, self._statement_lines, self._written
+        )
 
     @cached_property
     def names(self) -> Names:

@@ -300,6 +300,7 @@ def _run(
     current, code, context = module, original, None
     earlier: FileContext | None = None  # the context of the pass before, until the next one is built
     lines: list[int] = []  # where the statements of `current` start in `code`, when `written` knows it
+    ranges: dict = {}  # the ranges and code of the statements `written` generated for `current`
     tally = _Tally()
     for round_number in range(1, (MAX_ROUNDS if settings.fixed_point else 1) + 1):
         final = round_number == MAX_ROUNDS  # its fixes are reported, not made
@@ -310,7 +311,7 @@ def _run(
             if not candidates:
                 break
             if context is None:
-                context = _context(current, code, module.encoding, path, settings, earlier, lines or None)
+                context = _context(current, code, module.encoding, path, settings, earlier, lines or None, ranges)
                 current, earlier = context.module, None
             outcome = _run_pass(context, candidates, pending)
             if dependencies is not None:
@@ -322,8 +323,11 @@ def _run(
                 break
             tally.add(outcome, later=round_number > 1)
             if outcome.module is not current:
-                lines = []
-                code, verified = written(outcome.module, context, lines)
+                lines, ranges = [], {}
+                # (the positions of the statements it generates, for a pass that runs on it: one
+                # code generation instead of two)
+                another = bool(outcome.waiting) or settings.fixed_point
+                code, verified = written(outcome.module, context, lines, ranges if another else None)
                 checked = checked and verified
                 current, context, earlier = outcome.module, None, context
             pending = outcome.waiting
@@ -342,22 +346,24 @@ def _context(
     settings: Settings,
     earlier: FileContext | None = None,
     lines: list[int] | None = None,
+    ranges: dict | None = None,
 ) -> FileContext:
     """The analyses of `current`, whose text is `code`; each place of a node gets a node of its own.
     `earlier`: the context of the module `current` rewrites (a later pass), whose work on the
     statements the two share is taken over; `lines`: the line each statement of its body
-    starts on in `code`, where that is known (`written`)."""
+    starts on in `code`, where that is known (`written`), and `ranges`: the positions and code
+    of the statements `written` generated at those lines."""
     reused = earlier.index if earlier is not None else None
     index = TreeIndex(current, reused)
     if not index.unique:
         shared = index.shared_statements()
         body = [s.deep_clone() if k in shared else s for k, s in enumerate(current.body)]
         current = current.with_changes(body=body)
-        index = TreeIndex(current, reused)
+        index = index.with_clones(current)
     if not index.unique:
         current, lines = parse(code.encode(encoding)), None
         index = TreeIndex(current)
-    return FileContext(current, path, settings, code, index, earlier, lines)
+    return FileContext(current, path, settings, code, index, earlier, lines, ranges)
 
 
 def _unsettled(finding: Finding) -> Finding:

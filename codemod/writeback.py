@@ -15,16 +15,22 @@ from __future__ import annotations
 
 import libcst as cst
 
+from codemod.analysis.positions import generated
 from codemod.context import FileContext
 
 
-def written(new: cst.Module, old: FileContext, lines: list[int] | None = None) -> tuple[str, bool]:
+def written(
+    new: cst.Module, old: FileContext, lines: list[int] | None = None, ranges: dict | None = None
+) -> tuple[str, bool]:
     """The code of `new`, a rewrite of `old.module`, and whether the statements it
     replaced were checked to come back from libcst as they are written in `old.code`.
     Falls back to libcst's `new.code` (unchecked) where the old text cannot be cut
     into its statements (see Positions.statement_lines). `lines`, when given, gets the
     line each statement of `new.body` starts on in that code where it is put together
-    from its statements (the table Positions.statement_lines would read from it again)."""
+    from its statements (the table Positions.statement_lines would read from it again);
+    `ranges`, when given with `lines`, gets statement -> positions.generated(...) for
+    each statement whose code is generated here (for the positions of a pass on `new`,
+    which need not generate it again)."""
     pieces = _statement_texts(old)
     if pieces is None or not _same_frame(new, old.module):
         return new.code, False
@@ -33,10 +39,17 @@ def written(new: cst.Module, old: FileContext, lines: list[int] | None = None) -
     for statement in old.module.body:
         if id(statement) not in shared and old.positions.text(statement) != texts[id(statement)]:
             return new.code, False
-    body = [texts[id(s)] if id(s) in texts else new.code_for_node(s) for s in new.body]
-    if lines is not None:
-        line = 1 + header.count("\n")
-        for text in body:
+    body = []
+    line = 1 + header.count("\n")
+    for statement in new.body:
+        text = texts.get(id(statement))
+        if text is None and ranges is not None and lines is not None:
+            ranges[statement] = generated(statement, new, line)
+            text = ranges[statement][1]
+        elif text is None:
+            text = new.code_for_node(statement)
+        body.append(text)
+        if lines is not None:
             lines.append(line)
             line += text.count("\n")
     return header + "".join(body) + footer, True

@@ -48,8 +48,8 @@ def test_the_programs_are_found():
 def test_apply_of_the_rewrite_is_the_rewrite(path, monkeypatch):
     not_copied = []
 
-    def spied(new, old, lines=None):
-        text, checked = written(new, old, lines)
+    def spied(new, old, lines=None, ranges=None):
+        text, checked = written(new, old, lines, ranges)
         if not (checked and text == new.code):
             not_copied.append(old.path)
         return text, checked

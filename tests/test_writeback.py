@@ -5,10 +5,12 @@ from pathlib import Path
 
 import libcst as cst
 import pytest
+from libcst.metadata import MetadataWrapper, PositionProvider
 
 import codemod.engine as engine
 from codemod import layout
 from codemod.analysis.index import TreeIndex
+from codemod.analysis.positions import Positions
 from codemod.config import Settings
 from codemod.context import FileContext
 from codemod.rule import Level
@@ -151,3 +153,82 @@ def test_without_the_clones_the_later_pass_would_parse_again(monkeypatch, first,
     monkeypatch.setattr(TreeIndex, "shared_statements", lambda self: set())
     parsed, passes = parses(monkeypatch, first, second)
     assert passes >= 2 and 1 < parsed <= passes  # later passes parse again
+
+
+def test_the_statements_it_generates_come_with_their_ranges_for_the_next_pass(monkeypatch):
+    module = cst.parse_module(SOURCE)
+    new = replaced(module, 2, "for x in data:\n    step(\n        x, non_blocking=True)\n")
+    new = new.with_changes(body=[cst.parse_statement("import os\n"), *new.body])
+    lines: list[int] = []
+    ranges: dict = {}
+    text, checked = written(new, context(module, SOURCE), lines, ranges)
+    assert checked and text == new.code and set(ranges) == {new.body[0], new.body[3]}
+    generated = []
+    monkeypatch.setattr(Positions, "_compute", lambda self, s: generated.append(s))
+    positions = Positions(new, TreeIndex(new).parents, text, None, lines, ranges)
+    expected = MetadataWrapper(new, unsafe_skip_copy=True).resolve(PositionProvider)
+    for statement in ranges:
+        for node in TreeIndex(new).find(cst.CSTNode, within=statement):
+            assert positions[node] == expected[node], new.code_for_node(node)
+        assert positions.text(statement) == new.code_for_node(statement)
+    assert generated == []  # generated once, by `written`
+
+
+def test_a_pass_that_did_not_ask_hands_the_ranges_written_for_it_on(monkeypatch):
+    module = cst.parse_module(SOURCE)
+    new = replaced(module, 2, "for x in data:\n    step(x, non_blocking=True)\n")
+    lines: list[int] = []
+    ranges: dict = {}
+    text, _ = written(new, context(module, SOURCE), lines, ranges)
+    between = Positions(new, TreeIndex(new).parents, text, None, lines, ranges)  # asked nothing
+    again = new.with_changes(body=[cst.parse_statement("import os\n"), *new.body])
+    generated = []
+    monkeypatch.setattr(Positions, "_compute", lambda self, s: (generated.append(s), compute(self, s)))
+    positions = Positions(again, TreeIndex(again).parents, again.code, between)
+    expected = MetadataWrapper(again, unsafe_skip_copy=True).resolve(PositionProvider)
+    for node in TreeIndex(again).find(cst.CSTNode, within=new.body[2]):
+        assert positions[node] == expected[node], again.code_for_node(node)
+    assert generated == []  # moved down a line from the ranges `written` gave the pass between
+
+
+compute = Positions._compute
+
+
+@pytest.mark.parametrize("first, second", TWO_PASSES)
+def test_a_later_pass_generates_no_statement_the_text_was_written_from(monkeypatch, first, second):
+    handed: list = []  # the statements `written` generated, with their ranges
+    generated: list = []  # the statements the positions of a pass generated
+    original_written = engine.written
+
+    def recording_written(new, old, lines=None, ranges=None):
+        result = original_written(new, old, lines, ranges)
+        handed.extend(ranges or ())
+        return result
+
+    monkeypatch.setattr(engine, "written", recording_written)
+    monkeypatch.setattr(Positions, "_compute", lambda self, s: (generated.append(s), compute(self, s)))
+    parses(monkeypatch, first, second)
+    assert handed and not {id(s) for s in handed} & {id(s) for s in generated}
+
+
+@pytest.mark.parametrize("first, second", TWO_PASSES)
+def test_a_pass_on_a_rewrite_that_puts_a_node_in_two_places_walks_the_tree_once(monkeypatch, first, second):
+    built = []  # the modules the engine built an index for by walking them
+
+    class Walked(TreeIndex):
+        def __init__(self, module, earlier=None):
+            built.append(module)
+            super().__init__(module, earlier)
+
+    contexts = []  # the modules the passes ran on
+    original_context = engine._context
+
+    def context(*args):
+        made = original_context(*args)
+        contexts.append(made.module)
+        return made
+
+    monkeypatch.setattr(engine, "TreeIndex", Walked)
+    monkeypatch.setattr(engine, "_context", context)
+    parses(monkeypatch, first, second)
+    assert 1 < len(contexts) == len(built)  # the clones' index is made from the tables of the first

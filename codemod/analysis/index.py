@@ -162,6 +162,10 @@ class TreeIndex:
             ends[0] = len(nodes) - 1
         else:
             _walk(module, tables)
+        self._keep(tables)
+
+    def _keep(self, tables: tuple) -> None:
+        parents, order, nodes, ends, by_type = tables
         self.parents: Mapping[cst.CSTNode, cst.CSTNode] = parents
         self.unique = len(order) == len(nodes)  # False when a node object sits in two places
         self._order = order
@@ -195,6 +199,46 @@ class TreeIndex:
             if bucket is None:
                 bucket = by_type[type(node)] = []
             bucket.append(node)
+
+    def with_clones(self, module: cst.Module) -> TreeIndex:
+        """The index of `module`: this index's module with some statements of its body
+        replaced by their deep clones (`shared_statements`, cloned so that each place of a
+        node gets a node of its own), made from this one's tables: a clone has the shape,
+        and so the preorder numbers, of the statement it replaces. None of the replaced
+        statements' nodes stays in the tree (each place of them is cloned)."""
+        if len(module.body) != len(self.module.body):
+            return TreeIndex(module)
+        parents, order = dict(self.parents), dict(self._order)
+        nodes = list(self._nodes)
+        del order[self.module]
+        order[module] = 0
+        nodes[0] = module
+        at = 1
+        for old, new in zip(self.module.body, module.body):
+            parents[new] = module
+            end = self._ends[at]
+            if new is not old:
+                clone: tuple = ({}, {}, [], [], {})
+                _walk(new, clone)
+                if len(clone[2]) != end - at + 1:
+                    return TreeIndex(module)  # (not the shape of a deep clone)
+                for node in nodes[at : end + 1]:
+                    order.pop(node, None)
+                    parents.pop(node, None)
+                nodes[at : end + 1] = clone[2]
+                order.update(zip(clone[2], range(at, end + 1)))
+                parents.update(clone[0])
+            at = end + 1
+        by_type: dict[type, list[cst.CSTNode]] = {}
+        for node in nodes:
+            bucket = by_type.get(type(node))
+            if bucket is None:
+                bucket = by_type[type(node)] = []
+            bucket.append(node)
+        index = TreeIndex.__new__(TreeIndex)
+        index.module = module
+        index._keep((parents, order, nodes, list(self._ends), by_type))
+        return index
 
     def shared_statements(self) -> set[int]:
         """Where in the module's body the statements are that hold a node also found

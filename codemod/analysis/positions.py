@@ -91,6 +91,21 @@ def statement_starts(statement: cst.CSTNode) -> dict[cst.CSTNode, tuple[int, int
     return {node: start for node, (start, _) in collector._computed.items()}
 
 
+def generated(statement: cst.CSTNode, module: cst.Module, line: int) -> tuple[dict, str]:
+    """The ranges of the nodes of `statement`, a top-level statement of `module` whose
+    code starts on `line` (its leading blank and comment lines included), as
+    (line, column) pairs, and its code: one code generation gives both."""
+    collector = _Collector()
+    state = _State(
+        default_indent=module.default_indent,
+        default_newline=module.default_newline,
+        provider=collector,  # type: ignore[arg-type]
+    )
+    state.line = line
+    statement._codegen(state)
+    return collector._computed, "".join(state.tokens)
+
+
 class Positions(Mapping):
     """node -> CodeRange, like libcst's PositionProvider (syntactic positions:
     1-based lines, 0-based columns)."""
@@ -102,10 +117,13 @@ class Positions(Mapping):
         code: str | None = None,
         earlier: Positions | None = None,
         statement_lines: list[int] | None = None,
+        written: Mapping[cst.CSTNode, tuple[dict, str]] | None = None,
     ) -> None:
         """`earlier`: the positions of a module this one rewrites; `statement_lines`: the
         line each statement of the module's body starts on, where the caller knows it (the
-        text it put together from them), so that `ast` need not read the text again."""
+        text it put together from them), so that `ast` need not read the text again;
+        `written`: statement -> `generated(statement, module, its line)`, for the
+        statements the caller generated that way while putting the text together."""
         self.module = module
         self.code = code  # the module's text, when the caller has it
         self.parents = parents
@@ -125,6 +143,8 @@ class Positions(Mapping):
             self._from_ast = dict(zip(module.body, statement_lines))
         self._done: set[cst.CSTNode] = set()
         self._texts: dict[cst.CSTNode, str] = {}  # top-level statement -> its generated code
+        # (generated at the lines of `statement_lines`: taken only with them)
+        self._written = written if written is not None and self._from_ast is not False else {}
 
     def _statement_lines(self) -> dict[cst.CSTNode, int]:
         """Top-level statement -> the line its leading blank and comment lines start on."""
@@ -200,7 +220,7 @@ class Positions(Mapping):
             top = self._top(node)
             if top in self._done or top not in self._statement_lines():
                 raise KeyError(node)
-            if not self._moved(top):
+            if not self._moved(top) and not self._taken(top):
                 self._compute(top)
             pair = self._pairs[node]
         (start_line, start_column), (end_line, end_column) = pair
@@ -210,18 +230,22 @@ class Positions(Mapping):
         return found
 
     def _compute(self, statement: cst.CSTNode) -> None:
-        collector = _Collector()
-        state = _State(
-            default_indent=self.module.default_indent,
-            default_newline=self.module.default_newline,
-            provider=collector,  # type: ignore[arg-type]
-        )
-        state.line = self._statement_lines()[statement]
-        statement._codegen(state)
-        self._pairs.update(collector._computed)
-        self._by_statement[statement] = collector._computed
+        self._keep(statement, *generated(statement, self.module, self._statement_lines()[statement]))
+
+    def _keep(self, statement: cst.CSTNode, pairs: dict, text: str) -> None:
+        self._pairs.update(pairs)
+        self._by_statement[statement] = pairs
         self._done.add(statement)
-        self._texts[statement] = "".join(state.tokens)
+        self._texts[statement] = text
+
+    def _taken(self, statement: cst.CSTNode) -> bool:
+        """Take the ranges of `statement` from those the caller generated with its code
+        (`written`); False where it did not."""
+        found = self._written.get(statement)
+        if found is None:
+            return False
+        self._keep(statement, *found)
+        return True
 
     def _moved(self, statement: cst.CSTNode) -> bool:
         """Take the ranges of `statement`, a top-level statement, from the positions of the
@@ -229,7 +253,11 @@ class Positions(Mapping):
         line (a top-level statement starts at column 0), so each range moves by the lines
         between its two starts. False where they are not known there."""
         earlier = self._earlier
-        pairs = earlier._by_statement.get(statement) if earlier is not None else None
+        if earlier is None:
+            return False
+        if statement not in earlier._done:
+            earlier._taken(statement)  # (written there, not asked about)
+        pairs = earlier._by_statement.get(statement)
         if pairs is None:
             return False
         shift = self._statement_lines()[statement] - earlier._statement_lines()[statement]
@@ -246,7 +274,9 @@ class Positions(Mapping):
 
     def text(self, statement: cst.CSTNode) -> str:
         """The code libcst generates for a top-level statement (kept from computing its
-        positions, when that was done)."""
+        positions, or by the caller that wrote it, when that was done)."""
+        if statement not in self._done:
+            self._taken(statement)
         found = self._texts.get(statement)
         return found if found is not None else self.module.code_for_node(statement)
 

@@ -61,6 +61,22 @@ def test_an_index_of_a_rewrite_copies_the_shared_statements_and_equals_a_fresh_w
 copy = TreeIndex._copy
 
 
+def test_the_index_of_the_module_with_its_shared_statements_cloned_is_made_from_the_tables_before():
+    module = cst.parse_module("def f(x):\n    return g(x)\n\na = h(x)[:, 1:]\nb = 1\nc = 2\n")
+    subscript = module.body[1].body[0].value
+    body = list(module.body)
+    body[3] = body[3].with_changes(body=[body[3].body[0].with_changes(value=subscript)])
+    twice = module.with_changes(body=body)
+    index = TreeIndex(twice)
+    shared = index.shared_statements()
+    assert not index.unique and shared == {1, 3}
+    cloned = twice.with_changes(body=[s.deep_clone() if k in shared else s for k, s in enumerate(twice.body)])
+    made = index.with_clones(cloned)
+    assert made.unique and _tables(made) == _tables(TreeIndex(cloned))
+    assert made.find(cst.Subscript, within=cloned.body[3]) == [cloned.body[3].body[0].value]
+    assert made.parents[cloned.body[0]] is cloned and made.top_level(cloned.body[1].body[0]) is cloned.body[1]
+
+
 def test_the_names_a_file_spells_are_its_variables_attributes_and_keywords():
     index = TreeIndex(cst.parse_module("import torch\nloader = DataLoader(data, sampler=s)\nx = loader.batch_size\n"))
     assert index.spelled_names == {"torch", "loader", "DataLoader", "data", "sampler", "s", "x", "batch_size"}
