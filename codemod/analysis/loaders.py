@@ -25,9 +25,10 @@ from typing import TYPE_CHECKING
 
 import libcst as cst
 
+from codemod.analysis.bindings import argument_for
 from codemod.analysis.command_line import Option
 from codemod.analysis.loops import own_nodes
-from codemod.analysis.names import kwarg, method_name, names_read, number_value, positional
+from codemod.analysis.names import is_none, kwarg, method_name, names_read, number_value, positional
 from codemod.analysis.project import BatchUse, Function, Site, project_of
 from codemod.analysis.torch_facts import (
     ARGUMENTS_IN_ORDER_SETUP_METHODS,
@@ -1199,7 +1200,7 @@ class Loaders:
     def pinnable(self, loader: cst.Call) -> bool:
         """Should, and can, the loader get `pin_memory` (PM102's fix): its batches go to a
         device, it does not choose pin_memory (in its call or its visible `**kwargs` dict),
-        and pinning is possible (host data, a collate_fn that stays on the host, no
+        and pinning is possible (host data, a collate_fn seen to stay on the host, no
         subclass that overrides `__init__` / `__iter__`, no `*args`)?"""
         if not self.device_copies.get(id(loader)) or kwarg(loader, "pin_memory") is not None:
             return False
@@ -1207,7 +1208,7 @@ class Loaders:
             return False
         if self.overridden_subclass(loader) or any(arg.star == "*" for arg in loader.args):
             return False
-        if self.may_hold_device_data(self.dataset(loader), 0) or self.collate_moves_to_device(loader):
+        if self.may_hold_device_data(self.dataset(loader), 0) or self.collate_place(loader) is not Place.HOST:
             return False
         stars = [arg for arg in loader.args if arg.star == "**"]
         if stars:
@@ -1352,19 +1353,98 @@ class Loaders:
         return self.kinds.fact(expr).kind in (Kind.TENSOR, Kind.BATCH)
 
     def collate_moves_to_device(self, loader: cst.Call) -> bool:
-        arg = kwarg(loader, "collate_fn") or (
-            positional(loader, COLLATE_FN_POSITION) if self.is_torch_loader(loader) else None
-        )
-        if arg is None:
-            return False
-        function = arg.value
-        if isinstance(function, cst.Call) and self.names.is_(function.func, "functools.partial"):
-            first = positional(function, 0)
-            function = first.value if first is not None else function
-        if isinstance(function, cst.Lambda):
-            return self.moves_to_device(function.body)
-        local = self.local_function(function) or self.kinds.local_class(function)
-        return local is not None and self.moves_to_device(local)
+        """Does the loader's collate_fn put its batches on a device (or may it, to a device
+        perfmod cannot tell)?"""
+        place = self.collate_place(loader)
+        return place is not None and place is not Place.HOST
+
+    def collate_unread(self, loader: cst.Call) -> bool:
+        """Is the loader given a collate_fn whose batches' place perfmod cannot read?"""
+        return self.collate_place(loader) is None
+
+    @memoized
+    def collate_place(self, loader: cst.Call) -> Place | None:
+        """Where the loader's batches are once collated: HOST without a collate_fn (torch's
+        default collate), from torch's and Hugging Face's collators, and from a function (of
+        this file or of the project, a lambda, a `functools.partial` of one) that makes no
+        tensor on a device when the loader calls it with a batch alone, its other parameters
+        at their defaults or bound by the partial; CUDA, or UNKNOWN (a device it cannot
+        tell), when it moves them; None when the collate_fn cannot be read."""
+        collate = self.collate(loader)
+        return Place.HOST if collate is None else self._collate_place(collate, None, 0)
+
+    def _collate_place(self, collate: cst.BaseExpression, bound: cst.Call | None, depth: int) -> Place | None:
+        """`bound`: the call of `collate` with the arguments a `functools.partial` binds."""
+        if depth > MAX_DEPTH:
+            return None
+        if is_none(collate) or self.names.is_(collate, *DEFAULT_COLLATES) or self._is_tensor_collate(collate):
+            return Place.HOST
+        if isinstance(collate, cst.Lambda):
+            return Place.UNKNOWN if self.moves_to_device(collate.body) else Place.HOST
+        if isinstance(collate, cst.Call):
+            parts = self.names.partial_parts(collate)
+            if parts is not None:  # a partial of a partial: the arguments of both are not joined
+                return self._collate_place(*parts, depth + 1) if bound is None else None
+            if self._is_tensor_collate(collate.func):  # an instance: `DataCollatorWithPadding(tokenizer)`
+                return Place.HOST
+            classdef = self.kinds.local_class(collate.func)  # an instance of a class of this file
+            if classdef is None:
+                return None
+            return Place.UNKNOWN if self.moves_to_device(classdef) else Place.HOST
+        function = self.local_function(collate)
+        if function is not None:
+            return self.called_place(function, bound, self)
+        project = project_of(self.context)
+        found = project.function(collate) if project.imports_project() else None
+        if found is not None:
+            return found.context.loaders.called_place(found.node, bound, self)
+        values = self.bound_values(collate) if isinstance(collate, cst.Name) else []
+        if not values or any(path for _, path in values):
+            return None
+        places = [self._collate_place(value, bound, depth + 1) for value, _ in values]
+        return None if None in places else functools.reduce(Place.join, places)
+
+    def called_place(self, function: cst.FunctionDef, bound: cst.Call | None, caller: Loaders) -> Place:
+        """Where the tensors `function` copies or makes on a device land when it is called
+        with `bound`'s arguments (read in `caller`'s file; None: none) and one more, the
+        batch: HOST when none goes to a device."""
+        moved = []
+        for call in self.index.find(cst.Call, within=function):
+            if method_name(call) == "cuda":
+                moved.append(Place.CUDA)
+                continue
+            device = kwarg(call, "device")
+            if method_name(call) == "to":
+                copy = self.kinds.copy_of(call)
+                if copy is None:
+                    moved.append(Place.UNKNOWN)
+                    continue
+                if not copy.moves_device:
+                    continue
+                device = device or positional(call, 0)
+                place = self._parameter_place(device.value, function, bound, caller) if device else None
+                moved.append(copy.target if place is None else place)
+            elif device is not None:
+                place = self._parameter_place(device.value, function, bound, caller)
+                moved.append(self.kinds.device_place(device.value) if place is None else place)
+        moved = [place for place in moved if place is not Place.HOST]
+        return functools.reduce(Place.join, moved) if moved else Place.HOST
+
+    def _parameter_place(
+        self, device: cst.BaseExpression, function: cst.FunctionDef, bound: cst.Call | None, caller: Loaders
+    ) -> Place | None:
+        """The place a device parameter of `function` names in a call with `bound`'s
+        arguments: the one bound, else its default; None when `device` is not one."""
+        parameter = self.bindings.param_of(device) if isinstance(device, cst.Name) else None
+        if parameter is None or parameter[0] is not function:
+            return None
+        argument = argument_for(bound, function, parameter[1]) if bound is not None else None
+        if argument is not None:
+            return caller.kinds.device_place(argument)
+        if bound is not None and any(arg.star for arg in bound.args):
+            return Place.UNKNOWN
+        default = parameter[1].default
+        return self.kinds.device_place(default) if default is not None else Place.UNKNOWN
 
     # -- datasets: their style, and what an item costs ------------------------------------------
 
