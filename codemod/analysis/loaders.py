@@ -8,7 +8,7 @@ attributes set in another method, enumerate/zip/tqdm/iter), which loops each loa
 feeds (iterating it, or taking `next(it)` from it), which copies to a device a loop
 makes of its batches (also in the functions and methods of this file it hands the
 batch to), whether a loop trains (calls `backward()`, itself or through those
-functions), whether the dataset may hold CUDA data, and what a `**kwargs` dict holds.
+functions), whether the dataset may hold CUDA data, where the collate_fn leaves the batches, and what a `**kwargs` dict holds.
 
 The other way round (`returned`): for a DataLoader that a function of this file builds
 and returns, the calls of that function in the other modules of the file's package and
