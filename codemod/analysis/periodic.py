@@ -22,6 +22,10 @@ steps, under a test on the step counter:
 - `guard(node, loop)`: the outermost `if` between `node` and `loop` (not beyond a
   `def`) whose body holds `node` and whose test is periodic: `node` runs only on
   some iterations of `loop`;
+- `last_pass(node, loop)`: the `raise` (or `sys.exit()`, or `assert`) that ends
+  `loop` for good after `node`: `node` is in a block that ends by raising or by ending
+  the program, uncaught before the loop (`if not torch.isfinite(loss): raise
+  RuntimeError(f"{loss.item()}")`), so it runs on one iteration at most;
 - `sometimes(node)`: the periodic `if` that every way the program reaches `node`
   passes through: `node` is under one in its own function (periodic in the loop
   around that `if`), or is in a function of this file that is called (once at
@@ -50,6 +54,7 @@ import libcst as cst
 from codemod.analysis.local_calls import local_calls
 from codemod.analysis.names import names_read, number_value
 from codemod.analysis.project import project_of
+from codemod.analysis.torch_facts import PROGRAM_EXITS
 from codemod.analysis.values import values
 
 if TYPE_CHECKING:
@@ -128,6 +133,39 @@ class Periodic:
                 found = ancestor
             child = ancestor
         return found
+
+    def last_pass(self, node: cst.CSTNode, loop: cst.CSTNode) -> cst.CSTNode | None:
+        """The statement that ends `loop` for good after `node`, when `node` is in a block
+        of the loop that ends by raising or by ending the program (`sys.exit()`), or in
+        the message of an `assert`: such code runs on one iteration at most (the one that
+        fails), never on every one. None when no such block holds it, or when a `try`
+        between it and the loop may catch what it raises."""
+        found = None
+        child = node
+        for ancestor in self.index.ancestors(node):
+            if ancestor is loop:
+                return found
+            if isinstance(ancestor, SCOPES) or isinstance(ancestor, cst.Try) and ancestor.handlers:
+                return None
+            if isinstance(ancestor, cst.TryStar):
+                return None
+            if found is None and isinstance(ancestor, cst.Assert) and child is ancestor.msg:
+                found = ancestor
+            if found is None and isinstance(ancestor, (cst.IndentedBlock, cst.SimpleStatementSuite)):
+                found = self._ending(ancestor.body[-1] if ancestor.body else None)
+            child = ancestor
+        return None
+
+    def _ending(self, statement: cst.CSTNode | None) -> cst.CSTNode | None:
+        """`statement` when it raises or ends the program, else None."""
+        if not isinstance(statement, cst.SimpleStatementLine) or not statement.body:
+            return None
+        last = statement.body[-1]
+        if isinstance(last, cst.Raise):
+            return last
+        if isinstance(last, cst.Expr) and isinstance(last.value, cst.Call):
+            return last if self.context.names.is_(last.value.func, *PROGRAM_EXITS) else None
+        return None
 
     def sometimes(self, node: cst.CSTNode) -> cst.If | None:
         """The periodic `if` every way to `node` passes through (see the module's docstring)."""

@@ -560,6 +560,9 @@ LOSS_KEYWORDS = frozenset({"weight", "ignore_index", "reduction", "label_smoothi
 
 # -- Python's builtins and standard library ------------------------------------------------
 
+# The calls that end the program: code that ends with one runs once at most.
+PROGRAM_EXITS = frozenset({"sys.exit", "os._exit", "exit", "quit", "builtins.exit", "builtins.quit"})
+
 # The decorators that make a generator function a context manager.
 CONTEXT_MANAGER_DECORATORS = ("contextlib.contextmanager", "contextlib.asynccontextmanager")
 
