@@ -35,6 +35,7 @@ from codemod.analysis.torch_facts import (
     DATASETS_OF_DATASETS,
     DEFAULT_COLLATES,
     GET_WORKER_INFO,
+    IN_MEMORY_TABLES,
     INDEX_BUILTINS,
     INDEX_DRAWS,
     INDEXING_METHODS,
@@ -45,10 +46,12 @@ from codemod.analysis.torch_facts import (
     OPS,
     PERMUTATIONS,
     SPLIT_DATASETS,
+    TABLE_INDEXERS,
     TENSOR_COLLATES,
     TENSOR_FUNCTIONS,
     TENSOR_NAMESPACES,
     TENSOR_ROW_DATASETS,
+    TENSORS_FROM_DATA,
     TORCH_DRAWS,
 )
 from codemod.analysis.values import DEVICE_NAME, PASS_THROUGH_ITERABLES, Kind, Place
@@ -1506,8 +1509,9 @@ class Loaders:
         """What loading one item of `dataset` takes: INDEXES when every item is an index into
         tensors the training process already holds (torch's `TensorDataset`; subsets,
         concatenations and splits of such datasets; a dataset class of this file whose
-        `__getitem__` only indexes or slices tensors it was given or built when it was made,
-        converts them and draws a random index), COMPUTES when `__getitem__` does work per
+        `__getitem__` only indexes or slices tensors, lists or a pandas table it was given or
+        built when it was made, converts them or makes tensors of them, and draws a random
+        index), COMPUTES when `__getitem__` does work per
         item (calls anything else: a decoder, a tokenizer, a file read, a transform, torch
         math; or loops), else UNKNOWN. `path` as for `dataset_style`."""
         if dataset is None or depth > MAX_DEPTH:
@@ -1668,6 +1672,8 @@ class Loaders:
             value = subscript.value
             if isinstance(value, cst.Subscript):
                 continue  # its root is checked
+            if isinstance(value, cst.Attribute) and value.attr.value in TABLE_INDEXERS:
+                value = value.value  # `self.frame.iloc[i]`: the table is the root
             if isinstance(value, cst.Name):
                 continue  # a local value, computed by the calls above, or a parameter
             if not (isinstance(value, cst.Attribute) and isinstance(value.value, cst.Name) and value.value.value == me):
@@ -1679,7 +1685,8 @@ class Loaders:
 
     def _indexing_call(self, call: cst.Call) -> bool:
         """Is `call` one a `__getitem__` that only indexes may make: a tensor method that reads
-        a size or converts what was indexed, a builtin of index arithmetic, a random index?"""
+        a size or converts what was indexed, a tensor made of it (`torch.tensor(row)`), a
+        builtin of index arithmetic, a random index?"""
         if any(arg.star for arg in call.args):
             return False
         func = call.func
@@ -1690,11 +1697,11 @@ class Loaders:
                 or not self.names.of(receiver)
                 or (self.names.local(receiver))
             )
-        return bool(self.names.of(func) & (INDEX_BUILTINS | INDEX_DRAWS))
+        return bool(self.names.of(func) & (INDEX_BUILTINS | INDEX_DRAWS | TENSORS_FROM_DATA))
 
     def _held_in_memory(self, value: cst.BaseExpression, classdef: cst.ClassDef, call: cst.Call, depth: int) -> bool:
         """Is `value`, assigned to an attribute by a method of `classdef`, a tensor (or a list
-        of values) held in memory? A parameter of `__init__` is what `call` passes to it."""
+        of values, or a pandas table read whole) held in memory? A parameter of `__init__` is what `call` passes to it."""
         if depth > MAX_DEPTH:
             return False
         if isinstance(value, cst.Name):
@@ -1707,6 +1714,8 @@ class Loaders:
                 return passed is not None and self._held_in_memory(passed, classdef, call, depth + 1)
         if self.kinds.in_memory_list(value):
             return True
+        if isinstance(value, cst.Call) and self.names.of(value.func) & IN_MEMORY_TABLES:
+            return True  # a table read whole: `pd.read_csv(path)`
         fact = self.kinds.fact(value)
         return fact.kind is Kind.TENSOR and fact.place is Place.HOST
 

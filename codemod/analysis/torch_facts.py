@@ -125,6 +125,9 @@ INDEXING_METHODS = (
     | methods(Category.METADATA)
     | methods(Category.TO_HOST, syncs=True)
 )
+# torch's functions that make a tensor of the data they are given (`torch.tensor(row)`): in a
+# `__getitem__`, what the default collate would do to the indexed values anyway.
+TENSORS_FROM_DATA = functions(Category.FACTORY, shape=Shape.DATA)
 
 # -- training ------------------------------------------------------------------------------
 
@@ -693,6 +696,15 @@ LOGGER_FACTORIES = frozenset({"logging.getLogger"})
 HOST_READ_BUILTINS = {"builtins.float": "float", "builtins.int": "int"}
 # Reads of an environment variable whose second argument is the value when it is unset.
 ENVIRONMENT_READS = frozenset({"os.environ.get", "os.getenv"})
+
+# -- pandas --------------------------------------------------------------------------------
+
+# pandas' readers and constructors of a DataFrame: the whole table is read into memory.
+IN_MEMORY_TABLES = frozenset(
+    f"pandas.{name}" for name in "DataFrame Series read_csv read_table read_json read_parquet read_pickle".split()
+)
+# A DataFrame's indexers (`df.iloc[i]`) and its array (`df.values[i]`): they index the table in memory.
+TABLE_INDEXERS = frozenset({"iloc", "loc", "iat", "at", "values"})
 
 # -- Python's random and numpy's -----------------------------------------------------------
 

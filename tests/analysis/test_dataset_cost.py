@@ -82,6 +82,25 @@ class Module:
     def train_dataloader(self):
         return DataLoader(self.train_set, batch_size=8)
 """
+# Texts tokenized and padded once, when the dataset is made, and labels in a table read
+# whole: `__getitem__` only indexes them and makes tensors of what it picked.
+PRETOKENIZED = """
+import pandas as pd
+
+class Spam(Dataset):
+    def __init__(self, csv_file, tokenizer, max_length=8, pad_token_id=0):
+        self.data = pd.read_csv(csv_file)
+        self.encoded = [tokenizer.encode(text)[:max_length] for text in self.data["Text"]]
+        self.encoded = [ids + [pad_token_id] * (max_length - len(ids)) for ids in self.encoded]
+
+    def __len__(self):
+        return len(self.data)
+
+    def __getitem__(self, index):
+        encoded = self.encoded[index]
+        label = self.data.iloc[index]["Label"]
+        return torch.tensor(encoded, dtype=torch.long), torch.tensor(label, dtype=torch.long)
+"""
 
 CASES = [
     ("loader = DataLoader(TensorDataset(torch.randn(8, 2), torch.randn(8)))", INDEXES),
@@ -91,6 +110,14 @@ CASES = [
     (PRECOMPUTED + "loader = DataLoader(Ring())", INDEXES),
     (LIGHTNING, INDEXES),
     (TOKENIZING + "loader = DataLoader(Texts(['ab', 'cd']))", COMPUTES),
+    (PRETOKENIZED + "loader = DataLoader(Spam('train.csv', tokenizer), batch_size=8)", INDEXES),
+    (  # the same dataset tokenizing in `__getitem__`: work per item
+        PRETOKENIZED.replace(
+            "encoded = self.encoded[index]", "encoded = tokenizer.encode(self.data.iloc[index]['Text'])"
+        )
+        + "loader = DataLoader(Spam('train.csv', tokenizer), batch_size=8)",
+        COMPUTES,
+    ),
     (DECODING + "loader = DataLoader(Images(['a.png']))", COMPUTES),
     (
         "loader = DataLoader(TensorDataset(torch.randn(8, 2)), collate_fn=lambda b: torch.stack([x for (x,) in b]))",
@@ -117,3 +144,23 @@ def test_only_a_tensor_dataset_gets_the_batch_sampler_advice():
     names = {n.value: n for n in context.index.find(cst.Name) if n.value in ("rows", "ring")}
     assert context.loaders.rows_of_tensors(names["rows"])
     assert not context.loaders.rows_of_tensors(names["ring"])
+
+
+def test_pm201_does_not_ask_for_workers_for_a_dataset_tokenized_when_it_is_made():
+    from codemod.config import Settings
+    from codemod.engine import process_source
+    from codemod.result import Level
+
+    code = (
+        HEAD
+        + PRETOKENIZED
+        + "model = torch.nn.Linear(8, 2)\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        + "num_workers = 0\n"
+        + "loader = DataLoader(Spam('train.csv', tokenizer), batch_size=8, num_workers=num_workers)\n"
+        + "for x, y in loader:\n    loss = torch.nn.functional.cross_entropy(model(x.float()), y)\n"
+        + "    opt.zero_grad()\n    loss.backward()\n    opt.step()\n"
+    )
+    settings = Settings(select=("PM201",), level=Level.UNSAFE)
+    [finding] = process_source(code.encode(), "<test>", settings).findings
+    assert not finding.applied
+    assert "left without workers" in finding.message and "give it worker processes" not in finding.message
