@@ -1548,7 +1548,14 @@ class Loaders:
                     break  # its indices are not a dataset
             return _joined(self.item_cost(part, (), depth + 1) for part in parts)
         classdef = self.kinds.local_class(dataset.func)
-        return self._class_cost(classdef, dataset, depth) if classdef is not None else UNKNOWN
+        if classdef is not None:
+            return self._class_cost(classdef, dataset, depth, self)
+        project = project_of(self.context)
+        found = project.class_of(dataset.func) if project.imports_project() else None
+        if found is None:
+            return UNKNOWN
+        there, classdef = found  # read in its module; what this file passes to it, here
+        return there.loaders._class_cost(classdef, dataset, depth, self)
 
     def dataset_changed_in(self, dataset: cst.BaseExpression | None, loop: cst.CSTNode) -> cst.CSTNode | None:
         """A call of a method of the dataset (`dataset.set_epoch(epoch)`) or an assignment to
@@ -1648,8 +1655,9 @@ class Loaders:
             return COMPUTES
         return self.item_cost(self.dataset(loader), (), 0)
 
-    def _class_cost(self, classdef: cst.ClassDef, call: cst.Call, depth: int) -> str:
-        """`item_cost` of `call`, an instance of the dataset class `classdef` of this file."""
+    def _class_cost(self, classdef: cst.ClassDef, call: cst.Call, depth: int, caller: Loaders) -> str:
+        """`item_cost` of `call`, an instance of the dataset class `classdef` of this file,
+        made in `caller`'s file (this one, or a module that imports the class)."""
         getitem, owner = None, classdef
         while owner is not None and depth <= MAX_DEPTH:
             methods = _methods(owner)
@@ -1679,7 +1687,7 @@ class Loaders:
             if not (isinstance(value, cst.Attribute) and isinstance(value.value, cst.Name) and value.value.value == me):
                 return UNKNOWN
             values = self.kinds.attribute_values(value)
-            if not values or not all(self._held_in_memory(held, classdef, call, depth + 1) for held in values):
+            if not values or not all(self._held_in_memory(held, classdef, call, depth + 1, caller) for held in values):
                 return UNKNOWN
         return INDEXES
 
@@ -1699,9 +1707,12 @@ class Loaders:
             )
         return bool(self.names.of(func) & (INDEX_BUILTINS | INDEX_DRAWS | TENSORS_FROM_DATA))
 
-    def _held_in_memory(self, value: cst.BaseExpression, classdef: cst.ClassDef, call: cst.Call, depth: int) -> bool:
+    def _held_in_memory(
+        self, value: cst.BaseExpression, classdef: cst.ClassDef, call: cst.Call, depth: int, caller: Loaders
+    ) -> bool:
         """Is `value`, assigned to an attribute by a method of `classdef`, a tensor (or a list
-        of values, or a pandas table read whole) held in memory? A parameter of `__init__` is what `call` passes to it."""
+        of values, or a pandas table read whole) held in memory? A parameter of `__init__` is
+        what `call` passes to it, read in `caller`'s file."""
         if depth > MAX_DEPTH:
             return False
         if isinstance(value, cst.Name):
@@ -1710,8 +1721,8 @@ class Loaders:
                 function, param = parameter
                 if function.name.value != "__init__" or self.kinds.class_of(function) is not classdef:
                     return False
-                passed = self.kinds.argument(call, function, param, 1)
-                return passed is not None and self._held_in_memory(passed, classdef, call, depth + 1)
+                passed = argument_for(call, function, param, 1)
+                return passed is not None and caller._held_in_memory(passed, classdef, call, depth + 1, caller)
         if self.kinds.in_memory_list(value):
             return True
         if isinstance(value, cst.Call) and self.names.of(value.func) & IN_MEMORY_TABLES:

@@ -164,3 +164,35 @@ def test_pm201_does_not_ask_for_workers_for_a_dataset_tokenized_when_it_is_made(
     [finding] = process_source(code.encode(), "<test>", settings).findings
     assert not finding.applied
     assert "left without workers" in finding.message and "give it worker processes" not in finding.message
+
+
+TOY_MODULE = """\
+from torch.utils.data import Dataset
+
+
+class ToyDataset(Dataset):
+    def __init__(self, X, y):
+        self.features = X
+        self.labels = y
+
+    def __getitem__(self, index):
+        return self.features[index], self.labels[index]
+
+    def __len__(self):
+        return self.labels.shape[0]
+"""
+
+
+@pytest.mark.parametrize(
+    "features, cost",
+    [("torch.tensor([[-1.2, 3.1], [2.3, -1.1]])", INDEXES), ("load_features()", UNKNOWN)],
+)
+def test_a_dataset_class_of_another_module_is_read_there_with_what_this_file_gives_it(tmp_path, features, cost):
+    """The class is read in its module; the tensors it is given, in the file that makes it."""
+    (tmp_path / "pyproject.toml").write_text("[project]\nname = 'demo'\n")
+    (tmp_path / "toy.py").write_text(TOY_MODULE)
+    train = f"{HEAD}from toy import ToyDataset\nX = {features}\ny = torch.tensor([0, 1])\nloader = DataLoader(ToyDataset(X, y))\n"
+    (tmp_path / "train.py").write_text(train)
+    context = FileContext.of_source(train, str(tmp_path / "train.py"))
+    (loader,) = context.loaders.constructions
+    assert context.loaders.batch_cost(loader) == cost
