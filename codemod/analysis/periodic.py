@@ -14,6 +14,7 @@ steps, under a test on the step counter:
   the caller's terms when a helper computes it), or None when `test` holds on
   every iteration as far as the code shows;
 - `is_periodic(test, loop)`: `period(test, loop) is not None`;
+- `period_number(test, loop)`: that `N` as a number, where the script as written tells it;
 - `once(test, loop)`: `test` holds on one iteration of `loop` at most (or a few): a
   counter that only grows (the index of `range` / `enumerate`, a name the loop only
   adds a positive number to) equal to a value the loop does not change (`step == 0`,
@@ -197,6 +198,16 @@ class Periodic:
         return self._period(test, loop, None, self.context, 0)
 
     # -- the test ------------------------------------------------------------------------
+
+    def period_number(self, test: cst.BaseExpression, loop: cst.CSTNode | None = None) -> int | None:
+        """The `N` of a periodic test as a number, where the script as written tells it: a
+        literal, a name bound to one, an option's default, a config's field
+        (`Loaders.setting`); None otherwise."""
+        period = self.period(test, loop)
+        if period is None:
+            return None
+        value = number_value(self.context.loaders.setting(period, 0))
+        return value if isinstance(value, int) else None
 
     def _period(self, test, loop, params: dict | None, context: FileContext, depth: int) -> cst.BaseExpression | None:
         if depth > MAX_DEPTH:
