@@ -39,6 +39,7 @@ from codemod.analysis.torch_facts import (
     INDEX_BUILTINS,
     INDEX_DRAWS,
     INDEXING_METHODS,
+    ITEM_FACTORIES,
     ITERABLE_DATASET,
     MAP_STYLE_DATASETS,
     MAP_STYLE_PREFIXES,
@@ -51,7 +52,6 @@ from codemod.analysis.torch_facts import (
     TENSOR_FUNCTIONS,
     TENSOR_NAMESPACES,
     TENSOR_ROW_DATASETS,
-    TENSORS_FROM_DATA,
     TORCH_DRAWS,
 )
 from codemod.analysis.values import DEVICE_NAME, PASS_THROUGH_ITERABLES, Kind, Place
@@ -1522,6 +1522,8 @@ class Loaders:
             return self.item_cost(dataset.elements[path[0]].value, path[1:], depth + 1)
         if isinstance(dataset, (cst.Name, cst.Attribute)):
             sources = self.bound_values(dataset) if isinstance(dataset, cst.Name) else self.attribute_values(dataset)
+            # `None` is no dataset a loader could iterate: `data = None`, then `if data is None: data = ...`
+            sources = [(source, inner) for source, inner in sources if not is_none(source)] or sources
             return _joined(self.item_cost(source, inner + path, depth + 1) for source, inner in sources)
         if not isinstance(dataset, cst.Call):
             return UNKNOWN
@@ -1687,14 +1689,15 @@ class Loaders:
             if not (isinstance(value, cst.Attribute) and isinstance(value.value, cst.Name) and value.value.value == me):
                 return UNKNOWN
             values = self.kinds.attribute_values(value)
+            values = [held for held in values if not is_none(held)] or values  # indexing None raises: not read
             if not values or not all(self._held_in_memory(held, classdef, call, depth + 1, caller) for held in values):
                 return UNKNOWN
         return INDEXES
 
     def _indexing_call(self, call: cst.Call) -> bool:
         """Is `call` one a `__getitem__` that only indexes may make: a tensor method that reads
-        a size or converts what was indexed, a tensor made of it (`torch.tensor(row)`), a
-        builtin of index arithmetic, a random index?"""
+        a size or converts what was indexed, a tensor made of it or of sizes
+        (`torch.tensor(row)`, `torch.ones(n)`), a builtin of index arithmetic, a random index?"""
         if any(arg.star for arg in call.args):
             return False
         func = call.func
@@ -1705,7 +1708,7 @@ class Loaders:
                 or not self.names.of(receiver)
                 or (self.names.local(receiver))
             )
-        return bool(self.names.of(func) & (INDEX_BUILTINS | INDEX_DRAWS | TENSORS_FROM_DATA))
+        return bool(self.names.of(func) & (INDEX_BUILTINS | INDEX_DRAWS | ITEM_FACTORIES))
 
     def _held_in_memory(
         self, value: cst.BaseExpression, classdef: cst.ClassDef, call: cst.Call, depth: int, caller: Loaders

@@ -125,9 +125,10 @@ INDEXING_METHODS = (
     | methods(Category.METADATA)
     | methods(Category.TO_HOST, syncs=True)
 )
-# torch's functions that make a tensor of the data they are given (`torch.tensor(row)`): in a
-# `__getitem__`, what the default collate would do to the indexed values anyway.
-TENSORS_FROM_DATA = functions(Category.FACTORY, shape=Shape.DATA)
+# torch's functions that make a new tensor of the data or sizes they are given, drawing
+# nothing (`torch.tensor(row)`, `torch.ones(n)`): in a `__getitem__`, making it costs about
+# what sending it back from a worker process would.
+ITEM_FACTORIES = functions(Category.FACTORY, random=False)
 
 # -- training ------------------------------------------------------------------------------
 

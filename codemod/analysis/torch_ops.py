@@ -109,7 +109,6 @@ class Shape(enum.Enum):
     PRODUCT = "a matrix product"  # `matmul(a, b)`: a's leading dims (broadcast), a's rows, b's columns
     BOUNDED = "new from bounds, then sizes"  # `randint(low, high, size)`, `randint(high, size)`
     STEPS = "one dim of its `steps`"  # `linspace(start, end, steps)`
-    DATA = "the data it is given"  # `tensor([[1, 2]])`, `as_tensor(rows)`, `from_numpy(array)`
 
 
 class Placement(enum.Enum):
@@ -540,12 +539,13 @@ ENTRIES: list[Op] = [
     ),
     *_ops(Category.UNARY, "dropout", random=True, drop_probability=(1, "p")),  # `torch.dropout(x, p, train)`
     *_ops(Category.UNARY, "gumbel_softmax", prefixes=(f"{FUNCTIONAL}.",), random=True),
-    *_ops(Category.FACTORY, "tensor as_tensor", shape=Shape.DATA),
-    *_ops(Category.FACTORY, "arange eye hann_window hamming_window blackman_window bartlett_window kaiser_window"),
+    *_ops(
+        Category.FACTORY,
+        "tensor as_tensor arange eye hann_window hamming_window blackman_window bartlett_window kaiser_window",
+    ),
     *_ops(Category.FACTORY, "tril_indices triu_indices", dtype="int64"),
     *_ops(Category.FACTORY, "linspace logspace", shape=Shape.STEPS),
-    # the memory of an array, a buffer
-    *_ops(Category.FACTORY, "from_numpy frombuffer", place=Placement.HOST, shape=Shape.DATA),
+    *_ops(Category.FACTORY, "from_numpy frombuffer", place=Placement.HOST),  # the memory of an array, a buffer
     *_ops(Category.FACTORY, "zeros ones", shape=Shape.NEW),
     *_ops(Category.FACTORY, "full", shape=Shape.FILLED),
     *_ops(Category.FACTORY, "zeros_like ones_like full_like", shape=Shape.LIKE),

@@ -111,6 +111,23 @@ CASES = [
     (LIGHTNING, INDEXES),
     (TOKENIZING + "loader = DataLoader(Texts(['ab', 'cd']))", COMPUTES),
     (PRETOKENIZED + "loader = DataLoader(Spam('train.csv', tokenizer), batch_size=8)", INDEXES),
+    (  # a mask kept in memory, or None and made of ones per item: still nothing to take off
+        PRETOKENIZED.replace(
+            "        self.encoded = [ids + [",
+            "        if masked:\n            self.masks = [[1] * max_length for _ in self.encoded]\n"
+            "        else:\n            self.masks = None\n"
+            "        self.encoded = [ids + [",
+        )
+        .replace("pad_token_id=0):", "pad_token_id=0, masked=False):")
+        .replace(
+            '        label = self.data.iloc[index]["Label"]\n',
+            '        label = self.data.iloc[index]["Label"]\n'
+            "        mask = self.masks[index] if self.masks is not None else torch.ones(8, dtype=torch.long)\n",
+        )
+        + "train = None\nif train is None:\n    train = Spam('train.csv', tokenizer)\n"
+        + "loader = DataLoader(train, batch_size=8)",
+        INDEXES,
+    ),
     (  # the same dataset tokenizing in `__getitem__`: work per item
         PRETOKENIZED.replace(
             "encoded = self.encoded[index]", "encoded = tokenizer.encode(self.data.iloc[index]['Text'])"

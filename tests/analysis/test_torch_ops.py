@@ -583,11 +583,6 @@ SHAPE_CALLS = {
     "torch.randint": (lambda x: torch.randint(0, 10, (4, 5)), (4, 5)),  # the bounds, then the sizes
     "torch.linspace": (lambda x: torch.linspace(0, 1, 5), (5,)),
     "torch.logspace": (lambda x: torch.logspace(0, 1, 5), (5,)),
-    # a tensor of the data it is given: its values, in its shape
-    "torch.tensor": (lambda x: torch.tensor(x.tolist()), (2, 1, 3)),
-    "torch.as_tensor": (lambda x: torch.as_tensor(x.tolist()), (2, 1, 3)),
-    "torch.from_numpy": (lambda x: torch.from_numpy(x.numpy()), (2, 1, 3)),
-    "torch.frombuffer": (lambda x: torch.frombuffer(bytearray(x.numpy().tobytes()), dtype=x.dtype), (6,)),
 }
 
 
@@ -610,8 +605,6 @@ def test_shape_rules_give_the_shapes_they_say(name):
         assert result.shape == x.shape
     if rule is Shape.FILLED:
         assert bool((result == 7.0).all())
-    if rule is Shape.DATA:
-        assert torch.equal(result.flatten(), x.flatten())
 
 
 RECURRENT_LAYERS = sorted(name for name, op in OPS.items() if op.steps_dim is not None)
