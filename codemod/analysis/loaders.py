@@ -1401,7 +1401,10 @@ class Loaders:
         found = project.function(collate) if project.imports_project() else None
         if found is not None:
             return found.context.loaders.called_place(found.node, bound, self)
-        values = self.bound_values(collate) if isinstance(collate, cst.Name) else []
+        if isinstance(collate, cst.Name):
+            values = self.bound_values(collate)
+        else:  # `self.data_collator`: what the object's methods assign to it
+            values = self.attribute_values(collate) if isinstance(collate, cst.Attribute) else []
         if not values or any(path for _, path in values):
             return None
         places = [self._collate_place(value, bound, depth + 1) for value, _ in values]

@@ -122,3 +122,31 @@ def test_a_collate_fn_perfmod_cannot_read_is_reported_not_pinned():
     [pin] = [f for f in findings(code, ("PM102",)) if f.code == "PM102"]
     assert not pin.applied
     assert "cannot read its collate_fn `collate_fn`" in pin.message
+
+
+TRAINER = """\
+import torch
+from torch.utils.data import DataLoader
+from transformers import DataCollatorForTokenClassification
+
+
+class Trainer:
+    def __init__(self, dataset, data_collator):
+        self.dataset = dataset
+        self.data_collator = data_collator
+
+    def loader(self):
+        return DataLoader(self.dataset, batch_size=8, collate_fn=self.data_collator)
+
+
+trainer = Trainer([1, 2, 3], {collator})
+"""
+
+
+@pytest.mark.parametrize(
+    "collator, place",
+    [("DataCollatorForTokenClassification(tokenizer)", Place.HOST), ("make_collator()", None)],
+)
+def test_a_collate_fn_an_object_keeps_is_what_its_constructions_give_it(collator, place):
+    ctx = context(TRAINER.replace("{collator}", collator))
+    assert ctx.loaders.collate_place(loader_of(ctx)) is place
