@@ -8,7 +8,8 @@ attributes set in another method, enumerate/zip/tqdm/iter), which loops each loa
 feeds (iterating it, or taking `next(it)` from it), which copies to a device a loop
 makes of its batches (also in the functions and methods of this file it hands the
 batch to), whether a loop trains (calls `backward()`, itself or through those
-functions), whether the dataset may hold CUDA data, where the collate_fn leaves the batches, and what a `**kwargs` dict holds.
+functions), whether the dataset may hold CUDA data, where the collate_fn leaves the
+batches, and what a `**kwargs` dict holds.
 
 The other way round (`returned`): for a DataLoader that a function of this file builds
 and returns, the calls of that function in the other modules of the file's package and
@@ -1514,9 +1515,10 @@ class Loaders:
         concatenations and splits of such datasets; a dataset class of this file whose
         `__getitem__` only indexes or slices tensors, lists or a pandas table it was given or
         built when it was made, converts them or makes tensors of them, and draws a random
-        index), COMPUTES when `__getitem__` does work per
-        item (calls anything else: a decoder, a tokenizer, a file read, a transform, torch
-        math; or loops), else UNKNOWN. `path` as for `dataset_style`."""
+        index; read in its module for a class of another module of the project), COMPUTES
+        when `__getitem__` does work per item (calls anything else: a decoder, a tokenizer,
+        a file read, a transform, torch math; or loops), else UNKNOWN. `path` as for
+        `dataset_style`."""
         if dataset is None or depth > MAX_DEPTH:
             return UNKNOWN
         if isinstance(dataset, (cst.List, cst.Tuple)) and path:
