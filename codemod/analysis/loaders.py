@@ -1398,6 +1398,10 @@ class Loaders:
         function = self.local_function(collate)
         if function is not None:
             return self.called_place(function, bound, self)
+        classdef = self.kinds.local_class(collate)  # `collate_fn=Batch`: the loader runs its `__init__`
+        if classdef is not None:
+            init = _methods(classdef).get("__init__")
+            return self.called_place(init, bound, self) if init is not None else Place.HOST
         project = project_of(self.context)
         found = project.function(collate) if project.imports_project() else None
         if found is not None:

@@ -150,3 +150,28 @@ trainer = Trainer([1, 2, 3], {collator})
 def test_a_collate_fn_an_object_keeps_is_what_its_constructions_give_it(collator, place):
     ctx = context(TRAINER.replace("{collator}", collator))
     assert ctx.loaders.collate_place(loader_of(ctx)) is place
+
+
+BATCH_CLASS = """\
+import torch
+from torch.utils.data import DataLoader
+
+
+class Batch:
+    def __init__(self, samples):
+        self.x = torch.stack([x for x, _ in samples]){init_copy}
+
+    def to(self, device):
+        self.x = self.x.to(device)
+        return self
+
+
+loader = DataLoader([(torch.randn(4), 0)] * 8, batch_size=4, collate_fn=Batch)
+"""
+
+
+@pytest.mark.parametrize("init_copy, place", [("", Place.HOST), ('.to("cuda")', Place.CUDA)])
+def test_a_class_given_as_collate_fn_collates_in_its_init(init_copy, place):
+    """The loader builds `Batch(samples)`: only `__init__` runs; `Batch.to` is the loop's."""
+    ctx = context(BATCH_CLASS.replace("{init_copy}", init_copy))
+    assert ctx.loaders.collate_place(loader_of(ctx)) is place
