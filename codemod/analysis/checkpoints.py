@@ -73,6 +73,7 @@ if TYPE_CHECKING:
     from codemod.context import FileContext
 
 KEY = "checkpoints"
+MAX_LOGGING_DEPTH = 3  # functions of the file that hand a message on to another, followed
 
 # Objects that the checkpointer would deep-copy whole (and on their device): a module,
 # an optimizer or a loader is saved through its state_dict() instead.
@@ -701,18 +702,41 @@ class Checkpoints:
             and self._code(expr.args[0].value) == text
         )
 
-    def _harmless_use(self, use: cst.Name) -> bool:
-        """A read of the path that does not touch the file: logging it, or saving to it again."""
+    def _harmless_use(self, use: cst.Name, depth: int = 0) -> bool:
+        """A read of the path that does not touch the file: logging it (as it is, or
+        formatted into a message), also through a function of this file that only logs
+        what it is given (`print0(f"saved {path}")`), or saving to it again."""
+        child = use
         for ancestor in self.context.index.ancestors(use):
             if isinstance(ancestor, cst.Call):
                 if self._logging(ancestor):
+                    return True
+                if isinstance(child, cst.Arg) and self._only_logs(ancestor, child, depth):
                     return True
                 file_arg = file_argument(ancestor)
                 if self.context.names.is_(ancestor, *TORCH_SAVES) and file_arg is not None and file_arg.value is use:
                     return True
             if isinstance(ancestor, cst.BaseStatement):
                 return False
+            child = ancestor
         return False
+
+    def _only_logs(self, call: cst.Call, arg: cst.Arg, depth: int) -> bool:
+        """Is `call` a call of a function of this file that only logs what `arg` passes it:
+        every read of its parameter a harmless use?"""
+        function = self.context.bindings.local_function(call.func)
+        if function is None or arg.star or depth >= MAX_LOGGING_DEPTH:
+            return False
+        params = function.params
+        if arg.keyword is not None:
+            named = (*params.posonly_params, *params.params, *params.kwonly_params)
+            param = next((p for p in named if p.name.value == arg.keyword.value), None)
+        else:
+            positional_params = [*params.posonly_params, *params.params]
+            index = [a for a in call.args if a.keyword is None].index(arg)
+            param = positional_params[index] if index < len(positional_params) else None
+        reads = [read for read in self._accesses(param.name) if read is not param.name] if param is not None else []
+        return bool(reads) and all(self._harmless_use(read, depth + 1) for read in reads)
 
     def _logging(self, call: cst.Call) -> bool:
         return bool(self.context.names.of(call) & LOGGING_CALLS) or (

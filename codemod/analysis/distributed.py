@@ -24,6 +24,7 @@ import libcst as cst
 from libcst.metadata import Assignment, GlobalScope
 
 from codemod.analysis.bindings import argument_for, returned_values
+from codemod.analysis.loss_calls import loss_calls
 from codemod.analysis.names import kwarg, names_read, sole_definition
 from codemod.analysis.project import project_of
 from codemod.analysis.torch_facts import (
@@ -34,7 +35,7 @@ from codemod.analysis.torch_facts import (
     SAVE_FUNCTIONS,
     TORCH_DRAWS,
 )
-from codemod.analysis.torch_ops import Category, methods
+from codemod.analysis.torch_ops import LEGACY_REDUCTION_KEYWORDS, Category, methods
 
 if TYPE_CHECKING:
     from codemod.context import FileContext
@@ -223,17 +224,16 @@ def obstacle(context: FileContext) -> NotDistributable | None:
             "DistributedDataParallel all-reduces on the gloo backend but not on every NCCL build "
             "(the backend PM601 sets up on GPUs); make the embedding dense or wrap the model by hand",
         )
+    losses = loss_calls(context)
     for call in context.training.loss_calls(loops[0]) if loops else ():
-        reduction = kwarg(call, "reduction")
-        if (
-            reduction is not None
-            and isinstance(reduction.value, cst.SimpleString)
-            and reduction.value.evaluated_value == "sum"
-            and context.names.startswith(call.func, ("torch.nn",))
-        ):
+        if losses.reduction(call) == "sum":
+            legacy = [
+                arg for arg in call.args if arg.keyword is not None and arg.keyword.value in LEGACY_REDUCTION_KEYWORDS
+            ]
+            written = ", ".join(context.source(arg) for arg in legacy) or 'reduction="sum"'
             return NotDistributable(
                 call,
-                'the loss is summed over the batch (reduction="sum"); DDP averages the ranks\' '
+                f"the loss is summed over the batch ({written}); DDP averages the ranks' "
                 "gradients, so each step would move by 1/N of the single-process step: use the "
                 "mean, or scale the loss by the number of processes",
             )

@@ -378,15 +378,18 @@ class StepReads:
         return None
 
     def reads(self) -> list[cst.Call]:
-        """Syncs that run every step: not under a log condition, and not the inner part
-        of a chain such as `x.cpu().item()` (the outermost call is the one reported)."""
+        """Syncs that run every step: not under a log condition, not in a block that ends
+        the loop by raising (`last_pass`), and not the inner part of a chain such as
+        `x.cpu().item()` (the outermost call is the one reported)."""
         if self._syncs is None:
             found = [call for call in self.calls if self.read_kind(call) is not None]
             ids = {id(call) for call in found}
             self._syncs = [
                 call
                 for call in found
-                if not self.in_log_branch(call) and not any(id(outer) in ids for outer in self.chain_above(call))
+                if not self.in_log_branch(call)
+                and periodic(self.a.context).last_pass(call, self.loop) is None
+                and not any(id(outer) in ids for outer in self.chain_above(call))
             ]
         return self._syncs
 

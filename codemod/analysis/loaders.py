@@ -8,7 +8,8 @@ attributes set in another method, enumerate/zip/tqdm/iter), which loops each loa
 feeds (iterating it, or taking `next(it)` from it), which copies to a device a loop
 makes of its batches (also in the functions and methods of this file it hands the
 batch to), whether a loop trains (calls `backward()`, itself or through those
-functions), whether the dataset may hold CUDA data, and what a `**kwargs` dict holds.
+functions), whether the dataset may hold CUDA data, where the collate_fn leaves the
+batches, and what a `**kwargs` dict holds.
 
 The other way round (`returned`): for a DataLoader that a function of this file builds
 and returns, the calls of that function in the other modules of the file's package and
@@ -24,18 +25,21 @@ from typing import TYPE_CHECKING, NamedTuple
 
 import libcst as cst
 
+from codemod.analysis.bindings import argument_for
 from codemod.analysis.command_line import Option
 from codemod.analysis.loops import own_nodes
-from codemod.analysis.names import kwarg, method_name, names_read, number_value, positional
+from codemod.analysis.names import is_none, kwarg, method_name, names_read, number_value, positional
 from codemod.analysis.project import BatchUse, Function, Site, project_of
 from codemod.analysis.torch_facts import (
     ARGUMENTS_IN_ORDER_SETUP_METHODS,
     DATASETS_OF_DATASETS,
     DEFAULT_COLLATES,
     GET_WORKER_INFO,
+    IN_MEMORY_TABLES,
     INDEX_BUILTINS,
     INDEX_DRAWS,
     INDEXING_METHODS,
+    ITEM_FACTORIES,
     ITERABLE_DATASET,
     MAP_STYLE_DATASETS,
     MAP_STYLE_PREFIXES,
@@ -43,6 +47,7 @@ from codemod.analysis.torch_facts import (
     OPS,
     PERMUTATIONS,
     SPLIT_DATASETS,
+    TABLE_INDEXERS,
     TENSOR_COLLATES,
     TENSOR_FUNCTIONS,
     TENSOR_NAMESPACES,
@@ -1190,7 +1195,7 @@ class Loaders:
     def pinnable(self, loader: cst.Call) -> bool:
         """Should, and can, the loader get `pin_memory` (PM102's fix): its batches go to a
         device, it does not choose pin_memory (in its call or its visible `**kwargs` dict),
-        and pinning is possible (host data, a collate_fn that stays on the host, no
+        and pinning is possible (host data, a collate_fn seen to stay on the host, no
         subclass that overrides `__init__` / `__iter__`, no `*args`)?"""
         if not self.device_copies.get(id(loader)) or kwarg(loader, "pin_memory") is not None:
             return False
@@ -1198,7 +1203,7 @@ class Loaders:
             return False
         if self.overridden_subclass(loader) or any(arg.star == "*" for arg in loader.args):
             return False
-        if self.may_hold_device_data(self.dataset(loader), 0) or self.collate_moves_to_device(loader):
+        if self.may_hold_device_data(self.dataset(loader), 0) or self.collate_place(loader) is not Place.HOST:
             return False
         stars = [arg for arg in loader.args if arg.star == "**"]
         if stars:
@@ -1343,19 +1348,105 @@ class Loaders:
         return self.kinds.fact(expr).kind in (Kind.TENSOR, Kind.BATCH)
 
     def collate_moves_to_device(self, loader: cst.Call) -> bool:
-        arg = kwarg(loader, "collate_fn") or (
-            positional(loader, COLLATE_FN_POSITION) if self.is_torch_loader(loader) else None
-        )
-        if arg is None:
-            return False
-        function = arg.value
-        if isinstance(function, cst.Call) and self.names.is_(function.func, "functools.partial"):
-            first = positional(function, 0)
-            function = first.value if first is not None else function
-        if isinstance(function, cst.Lambda):
-            return self.moves_to_device(function.body)
-        local = self.local_function(function) or self.kinds.local_class(function)
-        return local is not None and self.moves_to_device(local)
+        """Does the loader's collate_fn put its batches on a device (or may it, to a device
+        perfmod cannot tell)?"""
+        place = self.collate_place(loader)
+        return place is not None and place is not Place.HOST
+
+    def collate_unread(self, loader: cst.Call) -> bool:
+        """Is the loader given a collate_fn whose batches' place perfmod cannot read?"""
+        return self.collate_place(loader) is None
+
+    @memoized
+    def collate_place(self, loader: cst.Call) -> Place | None:
+        """Where the loader's batches are once collated: HOST without a collate_fn (torch's
+        default collate), from torch's and Hugging Face's collators, and from a function (of
+        this file or of the project, a lambda, a `functools.partial` of one) that makes no
+        tensor on a device when the loader calls it with a batch alone, its other parameters
+        at their defaults or bound by the partial; CUDA, or UNKNOWN (a device it cannot
+        tell), when it moves them; None when the collate_fn cannot be read."""
+        collate = self.collate(loader)
+        return Place.HOST if collate is None else self._collate_place(collate, None, 0)
+
+    def _collate_place(self, collate: cst.BaseExpression, bound: cst.Call | None, depth: int) -> Place | None:
+        """`bound`: the call of `collate` with the arguments a `functools.partial` binds."""
+        if depth > MAX_DEPTH:
+            return None
+        if is_none(collate) or self.names.is_(collate, *DEFAULT_COLLATES) or self._is_tensor_collate(collate):
+            return Place.HOST
+        if isinstance(collate, cst.Lambda):
+            return Place.UNKNOWN if self.moves_to_device(collate.body) else Place.HOST
+        if isinstance(collate, cst.Call):
+            parts = self.names.partial_parts(collate)
+            if parts is not None:  # a partial of a partial: the arguments of both are not joined
+                return self._collate_place(*parts, depth + 1) if bound is None else None
+            if self._is_tensor_collate(collate.func):  # an instance: `DataCollatorWithPadding(tokenizer)`
+                return Place.HOST
+            classdef = self.kinds.local_class(collate.func)  # an instance of a class of this file
+            if classdef is None:
+                return None
+            return Place.UNKNOWN if self.moves_to_device(classdef) else Place.HOST
+        function = self.local_function(collate)
+        if function is not None:
+            return self.called_place(function, bound, self)
+        classdef = self.kinds.local_class(collate)  # `collate_fn=Batch`: the loader runs its `__init__`
+        if classdef is not None:
+            init = _methods(classdef).get("__init__")
+            return self.called_place(init, bound, self) if init is not None else Place.HOST
+        project = project_of(self.context)
+        found = project.function(collate) if project.imports_project() else None
+        if found is not None:
+            return found.context.loaders.called_place(found.node, bound, self)
+        if isinstance(collate, cst.Name):
+            values = self.bound_values(collate)
+        else:  # `self.data_collator`: what the object's methods assign to it
+            values = self.attribute_values(collate) if isinstance(collate, cst.Attribute) else []
+        if not values or any(path for _, path in values):
+            return None
+        places = [self._collate_place(value, bound, depth + 1) for value, _ in values]
+        return None if None in places else functools.reduce(Place.join, places)
+
+    def called_place(self, function: cst.FunctionDef, bound: cst.Call | None, caller: Loaders) -> Place:
+        """Where the tensors `function` copies or makes on a device land when it is called
+        with `bound`'s arguments (read in `caller`'s file; None: none) and one more, the
+        batch: HOST when none goes to a device."""
+        moved = []
+        for call in self.index.find(cst.Call, within=function):
+            if method_name(call) == "cuda":
+                moved.append(Place.CUDA)
+                continue
+            device = kwarg(call, "device")
+            if method_name(call) == "to":
+                copy = self.kinds.copy_of(call)
+                if copy is None:
+                    moved.append(Place.UNKNOWN)
+                    continue
+                if not copy.moves_device:
+                    continue
+                device = device or positional(call, 0)
+                place = self._parameter_place(device.value, function, bound, caller) if device else None
+                moved.append(copy.target if place is None else place)
+            elif device is not None:
+                place = self._parameter_place(device.value, function, bound, caller)
+                moved.append(self.kinds.device_place(device.value) if place is None else place)
+        moved = [place for place in moved if place is not Place.HOST]
+        return functools.reduce(Place.join, moved) if moved else Place.HOST
+
+    def _parameter_place(
+        self, device: cst.BaseExpression, function: cst.FunctionDef, bound: cst.Call | None, caller: Loaders
+    ) -> Place | None:
+        """The place a device parameter of `function` names in a call with `bound`'s
+        arguments: the one bound, else its default; None when `device` is not one."""
+        parameter = self.bindings.param_of(device) if isinstance(device, cst.Name) else None
+        if parameter is None or parameter[0] is not function:
+            return None
+        argument = argument_for(bound, function, parameter[1]) if bound is not None else None
+        if argument is not None:
+            return caller.kinds.device_place(argument)
+        if bound is not None and any(arg.star for arg in bound.args):
+            return Place.UNKNOWN
+        default = parameter[1].default
+        return self.kinds.device_place(default) if default is not None else Place.UNKNOWN
 
     # -- datasets: their style, and what an item costs ------------------------------------------
 
@@ -1417,10 +1508,12 @@ class Loaders:
         """What loading one item of `dataset` takes: INDEXES when every item is an index into
         tensors the training process already holds (torch's `TensorDataset`; subsets,
         concatenations and splits of such datasets; a dataset class of this file whose
-        `__getitem__` only indexes or slices tensors it was given or built when it was made,
-        converts them and draws a random index), COMPUTES when `__getitem__` does work per
-        item (calls anything else: a decoder, a tokenizer, a file read, a transform, torch
-        math; or loops), else UNKNOWN. `path` as for `dataset_style`."""
+        `__getitem__` only indexes or slices tensors, lists or a pandas table it was given or
+        built when it was made, converts them or makes tensors of them, and draws a random
+        index; read in its module for a class of another module of the project), COMPUTES
+        when `__getitem__` does work per item (calls anything else: a decoder, a tokenizer,
+        a file read, a transform, torch math; or loops), else UNKNOWN. `path` as for
+        `dataset_style`."""
         if dataset is None or depth > MAX_DEPTH:
             return UNKNOWN
         if isinstance(dataset, (cst.List, cst.Tuple)) and path:
@@ -1429,6 +1522,8 @@ class Loaders:
             return self.item_cost(dataset.elements[path[0]].value, path[1:], depth + 1)
         if isinstance(dataset, (cst.Name, cst.Attribute)):
             sources = self.bound_values(dataset) if isinstance(dataset, cst.Name) else self.attribute_values(dataset)
+            # `None` is no dataset a loader could iterate: `data = None`, then `if data is None: data = ...`
+            sources = [(source, inner) for source, inner in sources if not is_none(source)] or sources
             return _joined(self.item_cost(source, inner + path, depth + 1) for source, inner in sources)
         if not isinstance(dataset, cst.Call):
             return UNKNOWN
@@ -1455,7 +1550,14 @@ class Loaders:
                     break  # its indices are not a dataset
             return _joined(self.item_cost(part, (), depth + 1) for part in parts)
         classdef = self.kinds.local_class(dataset.func)
-        return self._class_cost(classdef, dataset, depth) if classdef is not None else UNKNOWN
+        if classdef is not None:
+            return self._class_cost(classdef, dataset, depth, self)
+        project = project_of(self.context)
+        found = project.class_of(dataset.func) if project.imports_project() else None
+        if found is None:
+            return UNKNOWN
+        there, classdef = found  # read in its module; what this file passes to it, here
+        return there.loaders._class_cost(classdef, dataset, depth, self)
 
     def dataset_changed_in(self, dataset: cst.BaseExpression | None, loop: cst.CSTNode) -> cst.CSTNode | None:
         """A call of a method of the dataset (`dataset.set_epoch(epoch)`) or an assignment to
@@ -1555,8 +1657,9 @@ class Loaders:
             return COMPUTES
         return self.item_cost(self.dataset(loader), (), 0)
 
-    def _class_cost(self, classdef: cst.ClassDef, call: cst.Call, depth: int) -> str:
-        """`item_cost` of `call`, an instance of the dataset class `classdef` of this file."""
+    def _class_cost(self, classdef: cst.ClassDef, call: cst.Call, depth: int, caller: Loaders) -> str:
+        """`item_cost` of `call`, an instance of the dataset class `classdef` of this file,
+        made in `caller`'s file (this one, or a module that imports the class)."""
         getitem, owner = None, classdef
         while owner is not None and depth <= MAX_DEPTH:
             methods = _methods(owner)
@@ -1579,18 +1682,22 @@ class Loaders:
             value = subscript.value
             if isinstance(value, cst.Subscript):
                 continue  # its root is checked
+            if isinstance(value, cst.Attribute) and value.attr.value in TABLE_INDEXERS:
+                value = value.value  # `self.frame.iloc[i]`: the table is the root
             if isinstance(value, cst.Name):
                 continue  # a local value, computed by the calls above, or a parameter
             if not (isinstance(value, cst.Attribute) and isinstance(value.value, cst.Name) and value.value.value == me):
                 return UNKNOWN
             values = self.kinds.attribute_values(value)
-            if not values or not all(self._held_in_memory(held, classdef, call, depth + 1) for held in values):
+            values = [held for held in values if not is_none(held)] or values  # indexing None raises: not read
+            if not values or not all(self._held_in_memory(held, classdef, call, depth + 1, caller) for held in values):
                 return UNKNOWN
         return INDEXES
 
     def _indexing_call(self, call: cst.Call) -> bool:
         """Is `call` one a `__getitem__` that only indexes may make: a tensor method that reads
-        a size or converts what was indexed, a builtin of index arithmetic, a random index?"""
+        a size or converts what was indexed, a tensor made of it or of sizes
+        (`torch.tensor(row)`, `torch.ones(n)`), a builtin of index arithmetic, a random index?"""
         if any(arg.star for arg in call.args):
             return False
         func = call.func
@@ -1601,11 +1708,14 @@ class Loaders:
                 or not self.names.of(receiver)
                 or (self.names.local(receiver))
             )
-        return bool(self.names.of(func) & (INDEX_BUILTINS | INDEX_DRAWS))
+        return bool(self.names.of(func) & (INDEX_BUILTINS | INDEX_DRAWS | ITEM_FACTORIES))
 
-    def _held_in_memory(self, value: cst.BaseExpression, classdef: cst.ClassDef, call: cst.Call, depth: int) -> bool:
+    def _held_in_memory(
+        self, value: cst.BaseExpression, classdef: cst.ClassDef, call: cst.Call, depth: int, caller: Loaders
+    ) -> bool:
         """Is `value`, assigned to an attribute by a method of `classdef`, a tensor (or a list
-        of values) held in memory? A parameter of `__init__` is what `call` passes to it."""
+        of values, or a pandas table read whole) held in memory? A parameter of `__init__` is
+        what `call` passes to it, read in `caller`'s file."""
         if depth > MAX_DEPTH:
             return False
         if isinstance(value, cst.Name):
@@ -1614,10 +1724,12 @@ class Loaders:
                 function, param = parameter
                 if function.name.value != "__init__" or self.kinds.class_of(function) is not classdef:
                     return False
-                passed = self.kinds.argument(call, function, param, 1)
-                return passed is not None and self._held_in_memory(passed, classdef, call, depth + 1)
+                passed = argument_for(call, function, param, 1)
+                return passed is not None and caller._held_in_memory(passed, classdef, call, depth + 1, caller)
         if self.kinds.in_memory_list(value):
             return True
+        if isinstance(value, cst.Call) and self.names.of(value.func) & IN_MEMORY_TABLES:
+            return True  # a table read whole: `pd.read_csv(path)`
         fact = self.kinds.fact(value)
         return fact.kind is Kind.TENSOR and fact.place is Place.HOST
 

@@ -15,8 +15,11 @@ rules that rewrite a loop of loss calls into one call over all their inputs.
   `self.attr` was built by;
 - `any_loss(call)`: (qualified function, its torch facts, the module's constructor or
   None) for any per-element torch loss, called or built once;
+- `reduction(call)`: the reduction a call of any torch loss, or the construction of a
+  loss module, sets: `reduction=`, or the legacy `size_average=` / `reduce=` read as
+  torch reads them (the torch table's `legacy_reduction`);
 - `arguments(call)`: a `LossArguments` for such a call: its input and target, its
-  reduction (the call's or its module's, checked against the loss's own: `"batchmean"`
+  reduction (the call's or its module's, legacy keywords read, checked against the loss's own: `"batchmean"`
   only where torch takes it), the keywords that change each element's loss (`options`
   of the torch table: `ignore_index`, `label_smoothing`, `weight`, `log_target`, ...),
   and `problem`, the first reason they cannot be followed.
@@ -26,6 +29,7 @@ Which names are losses and their defaults are torch facts (torch_facts, torch_op
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -41,7 +45,7 @@ from codemod.analysis.torch_facts import (
     is_literal,
     loss_of,
 )
-from codemod.analysis.torch_ops import Loss
+from codemod.analysis.torch_ops import LEGACY_REDUCTION_KEYWORDS, Loss, legacy_reduction
 
 if TYPE_CHECKING:
     from codemod.context import FileContext
@@ -72,6 +76,28 @@ class LossOptions:
 
 
 REDUCTIONS = ("mean", "sum", "none", "batchmean")
+FLAGS = {"True": True, "False": False, "None": None}  # the literals the legacy keywords take
+
+
+def written_reduction(arguments: Sequence[cst.Arg], default: str) -> str | None:
+    """The reduction a torch loss called (or a loss module built) with `arguments` runs
+    with: what torch makes of the legacy `size_average=` / `reduce=` where either is given
+    (they override `reduction=`), else `reduction=`, else `default`, the loss's own; None
+    where the one that decides is not a literal."""
+    legacy = {
+        arg.keyword.value: arg.value
+        for arg in arguments
+        if arg.keyword is not None and arg.keyword.value in LEGACY_REDUCTION_KEYWORDS
+    }
+    if legacy:
+        if not all(isinstance(value, cst.Name) and value.value in FLAGS for value in legacy.values()):
+            return None
+        flags = {keyword: FLAGS[value.value] for keyword, value in legacy.items()}
+        return legacy_reduction(flags.get("size_average"), flags.get("reduce"))
+    for arg in arguments:
+        if arg.keyword is not None and arg.keyword.value == "reduction":
+            return arg.value.evaluated_value if isinstance(arg.value, cst.SimpleString) else None
+    return default
 
 
 @dataclass
@@ -114,6 +140,15 @@ class LossCalls:
             return None
         return (*found, values[0])
 
+    def reduction(self, call: cst.Call) -> str | None:
+        """The reduction a call of a torch loss function, or the construction of a loss
+        module (`nn.BCELoss(size_average=False)`), sets (`written_reduction`); None for
+        other calls, and where it cannot be read."""
+        found = loss_of(self.context.names.of(call.func))
+        if found is None or any(arg.star for arg in call.args):
+            return None
+        return written_reduction(call.args, found[1].reduction)
+
     def arguments(self, call: cst.Call) -> LossArguments | None:
         """The input, target, reduction and element options of a call of a per-element loss
         (`any_loss`), and the first reason they cannot be followed; None for other calls."""
@@ -137,11 +172,12 @@ class LossCalls:
             if arg.keyword is None or arg.keyword.value in ("input", "target"):
                 continue
             key = arg.keyword.value
-            if key == "reduction":
-                if not isinstance(arg.value, cst.SimpleString):
+            if key == "reduction" or key in LEGACY_REDUCTION_KEYWORDS:
+                reduction = written_reduction(arguments, facts.reduction)
+                if reduction is None:
                     loss.problem = "its reduction is not a literal"
                     return loss
-                loss.reduction = arg.value.evaluated_value
+                loss.reduction = reduction
                 if loss.reduction == "batchmean" and not facts.batchmean or loss.reduction not in REDUCTIONS:
                     loss.problem = f'reduction="{loss.reduction}" is not one of the loss\'s'
                     return loss

@@ -14,6 +14,7 @@ steps, under a test on the step counter:
   the caller's terms when a helper computes it), or None when `test` holds on
   every iteration as far as the code shows;
 - `is_periodic(test, loop)`: `period(test, loop) is not None`;
+- `period_number(test, loop)`: that `N` as a number, where the script as written tells it;
 - `once(test, loop)`: `test` holds on one iteration of `loop` at most (or a few): a
   counter that only grows (the index of `range` / `enumerate`, a name the loop only
   adds a positive number to) equal to a value the loop does not change (`step == 0`,
@@ -22,6 +23,10 @@ steps, under a test on the step counter:
 - `guard(node, loop)`: the outermost `if` between `node` and `loop` (not beyond a
   `def`) whose body holds `node` and whose test is periodic: `node` runs only on
   some iterations of `loop`;
+- `last_pass(node, loop)`: the `raise` (or `sys.exit()`, or `assert`) that ends
+  `loop` for good after `node`: `node` is in a block that ends by raising or by ending
+  the program, uncaught before the loop (`if not torch.isfinite(loss): raise
+  RuntimeError(f"{loss.item()}")`), so it runs on one iteration at most;
 - `sometimes(node)`: the periodic `if` that every way the program reaches `node`
   passes through: `node` is under one in its own function (periodic in the loop
   around that `if`), or is in a function of this file that is called (once at
@@ -50,6 +55,7 @@ import libcst as cst
 from codemod.analysis.local_calls import local_calls
 from codemod.analysis.names import names_read, number_value
 from codemod.analysis.project import project_of
+from codemod.analysis.torch_facts import PROGRAM_EXITS
 from codemod.analysis.values import values
 
 if TYPE_CHECKING:
@@ -129,6 +135,39 @@ class Periodic:
             child = ancestor
         return found
 
+    def last_pass(self, node: cst.CSTNode, loop: cst.CSTNode) -> cst.CSTNode | None:
+        """The statement that ends `loop` for good after `node`, when `node` is in a block
+        of the loop that ends by raising or by ending the program (`sys.exit()`), or in
+        the message of an `assert`: such code runs on one iteration at most (the one that
+        fails), never on every one. None when no such block holds it, or when a `try`
+        between it and the loop may catch what it raises."""
+        found = None
+        child = node
+        for ancestor in self.index.ancestors(node):
+            if ancestor is loop:
+                return found
+            if isinstance(ancestor, SCOPES) or isinstance(ancestor, cst.Try) and ancestor.handlers:
+                return None
+            if isinstance(ancestor, cst.TryStar):
+                return None
+            if found is None and isinstance(ancestor, cst.Assert) and child is ancestor.msg:
+                found = ancestor
+            if found is None and isinstance(ancestor, (cst.IndentedBlock, cst.SimpleStatementSuite)):
+                found = self._ending(ancestor.body[-1] if ancestor.body else None)
+            child = ancestor
+        return None
+
+    def _ending(self, statement: cst.CSTNode | None) -> cst.CSTNode | None:
+        """`statement` when it raises or ends the program, else None."""
+        if not isinstance(statement, cst.SimpleStatementLine) or not statement.body:
+            return None
+        last = statement.body[-1]
+        if isinstance(last, cst.Raise):
+            return last
+        if isinstance(last, cst.Expr) and isinstance(last.value, cst.Call):
+            return last if self.context.names.is_(last.value.func, *PROGRAM_EXITS) else None
+        return None
+
     def sometimes(self, node: cst.CSTNode) -> cst.If | None:
         """The periodic `if` every way to `node` passes through (see the module's docstring)."""
         key = id(node)
@@ -159,6 +198,16 @@ class Periodic:
         return self._period(test, loop, None, self.context, 0)
 
     # -- the test ------------------------------------------------------------------------
+
+    def period_number(self, test: cst.BaseExpression, loop: cst.CSTNode | None = None) -> int | None:
+        """The `N` of a periodic test as a number, where the script as written tells it: a
+        literal, a name bound to one, an option's default, a config's field
+        (`Loaders.setting`); None otherwise."""
+        period = self.period(test, loop)
+        if period is None:
+            return None
+        value = number_value(self.context.loaders.setting(period, 0))
+        return value if isinstance(value, int) else None
 
     def _period(self, test, loop, params: dict | None, context: FileContext, depth: int) -> cst.BaseExpression | None:
         if depth > MAX_DEPTH:

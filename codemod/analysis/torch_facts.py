@@ -125,6 +125,10 @@ INDEXING_METHODS = (
     | methods(Category.METADATA)
     | methods(Category.TO_HOST, syncs=True)
 )
+# torch's functions that make a new tensor of the data or sizes they are given, drawing
+# nothing (`torch.tensor(row)`, `torch.ones(n)`): in a `__getitem__`, making it costs about
+# what sending it back from a worker process would.
+ITEM_FACTORIES = functions(Category.FACTORY, random=False)
 
 # -- training ------------------------------------------------------------------------------
 
@@ -560,6 +564,9 @@ LOSS_KEYWORDS = frozenset({"weight", "ignore_index", "reduction", "label_smoothi
 
 # -- Python's builtins and standard library ------------------------------------------------
 
+# The calls that end the program: code that ends with one runs once at most.
+PROGRAM_EXITS = frozenset({"sys.exit", "os._exit", "exit", "quit", "builtins.exit", "builtins.quit"})
+
 # The decorators that make a generator function a context manager.
 CONTEXT_MANAGER_DECORATORS = ("contextlib.contextmanager", "contextlib.asynccontextmanager")
 
@@ -690,6 +697,15 @@ LOGGER_FACTORIES = frozenset({"logging.getLogger"})
 HOST_READ_BUILTINS = {"builtins.float": "float", "builtins.int": "int"}
 # Reads of an environment variable whose second argument is the value when it is unset.
 ENVIRONMENT_READS = frozenset({"os.environ.get", "os.getenv"})
+
+# -- pandas --------------------------------------------------------------------------------
+
+# pandas' readers and constructors of a DataFrame: the whole table is read into memory.
+IN_MEMORY_TABLES = frozenset(
+    f"pandas.{name}" for name in "DataFrame Series read_csv read_table read_json read_parquet read_pickle".split()
+)
+# A DataFrame's indexers (`df.iloc[i]`) and its array (`df.values[i]`): they index the table in memory.
+TABLE_INDEXERS = frozenset({"iloc", "loc", "iat", "at", "values"})
 
 # -- Python's random and numpy's -----------------------------------------------------------
 

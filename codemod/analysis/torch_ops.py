@@ -213,6 +213,20 @@ class Loss(NamedTuple):
     options: tuple[str, ...] = ()
 
 
+# The keywords torch's losses took before `reduction=`: torch still honours them, and when
+# either is given it overrides `reduction=` (`torch.nn._reduction.legacy_get_string`).
+LEGACY_REDUCTION_KEYWORDS = ("size_average", "reduce")
+
+
+def legacy_reduction(size_average: bool | None, reduce: bool | None) -> str:
+    """The reduction a loss runs with when given the legacy keywords (None: not given,
+    which torch reads as True): `reduce=False` keeps every element's loss, and
+    `size_average=False` sums them."""
+    if reduce is False:
+        return "none"
+    return "sum" if size_average is False else "mean"
+
+
 class Op(NamedTuple):
     name: str
     category: Category

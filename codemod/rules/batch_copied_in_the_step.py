@@ -488,6 +488,12 @@ class BatchCopiedInTheStep(Rule):
         if loaders.overridden_subclass(loader):
             return f"{built} is a class of this file that overrides `__init__` or `__iter__`"
         collate = loaders.collate(loader)
+        if collate is not None and loaders.collate_moves_to_device(loader):
+            return (
+                f"the collate_fn `{source(collate)}` of {built} puts each batch on the device itself, inside the "
+                "loader, and the prefetcher copies batches from the host: keep the collate_fn's tensors on the host "
+                "and the copy can overlap the previous step"
+            )
         if collate is not None and not loaders.collates_tensors(collate, 0):
             return (
                 f"{built} batches with its own collate_fn `{source(collate)}`, which perfmod cannot tell returns "

@@ -161,9 +161,10 @@ class SingleProcessLoaderInTrainingLoop(Rule):
 
     A loader whose batches are only rows of tensors the training process
     already holds (torch's `TensorDataset`, subsets, concatenations and splits
-    of one, a dataset class whose `__getitem__` only indexes or slices tensors
-    it was given or built in `__init__`, converts them and draws a random
-    index; torch's own collate) is reported, not fixed: a worker would do the
+    of one, a dataset class whose `__getitem__` only indexes or slices tensors,
+    lists or a pandas table it was given or built in `__init__` (texts
+    tokenized and padded there), converts them or makes tensors of them
+    (`torch.tensor(self.ids[i])`) and draws a random index; torch's own collate) is reported, not fixed: a worker would do the
     same indexing in another process and send each batch back through shared
     memory, which costs about what the indexing does (more, for small
     batches). For a `TensorDataset` the report gives what does load faster:

@@ -481,6 +481,14 @@ class UnpinnedLoaderToCuda(Rule):
         if kept is not None:
             self.report(loader, f"{message}; not pinned: {kept}")
             return
+        if loaders.collate_unread(loader):
+            collate = self.context.source(loaders.collate(loader))
+            self.report(
+                loader,
+                f"{message}; not pinned: perfmod cannot read its collate_fn `{collate}`, and pinning raises on a "
+                "batch that a collate_fn has already put on the GPU: pass pin_memory=True if it returns CPU tensors",
+            )
+            return
         if has_star_kwargs(loader):
             self._fix_through_kwargs(loader, feed, message)
             return

@@ -169,6 +169,41 @@ def test_a_file_only_printed_after_its_save_is_not_used():
     assert plan.flush_before == () and context.source(plan.path) == "path"
 
 
+LOGGER = """
+def print0(s, console=False):
+    with open("run.log", "a") as f:
+        if console:
+            print(s)
+        print(s, file=f)
+
+def upload(p):
+    with open(p, "rb") as f:
+        send(f.read())
+
+for epoch in range(10):
+    net(torch.randn(2, 3)).sum().backward()
+    opt.step()
+    path = f"e{epoch}.pt"
+    torch.save(net.state_dict(), path)
+    {after}
+"""
+
+
+def test_a_path_formatted_into_a_message_of_a_logging_function_of_the_file_is_not_a_use():
+    """`print0(f"Saved checkpoint to {path}")`: the function only prints the text it is
+    given; the file is not opened, so the save is planned in the background."""
+    context = _context(LOGGER.replace("{after}", 'print0(f"Saved checkpoint to {path}", console=True)'))
+    (save,) = _saves(context)
+    assert _plan(context, save).flush_before == ()
+
+
+def test_a_path_handed_to_a_function_of_the_file_that_opens_it_is_a_use():
+    context = _context(LOGGER.replace("{after}", "upload(path)"))
+    (save,) = _saves(context)
+    with pytest.raises(Synchronous, match=r"the file is used at line \d+ \(`upload\(path\)`\)"):
+        _plan(context, save)
+
+
 SMALL = """\
 import torch
 

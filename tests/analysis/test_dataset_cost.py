@@ -82,6 +82,25 @@ class Module:
     def train_dataloader(self):
         return DataLoader(self.train_set, batch_size=8)
 """
+# Texts tokenized and padded once, when the dataset is made, and labels in a table read
+# whole: `__getitem__` only indexes them and makes tensors of what it picked.
+PRETOKENIZED = """
+import pandas as pd
+
+class Spam(Dataset):
+    def __init__(self, csv_file, tokenizer, max_length=8, pad_token_id=0):
+        self.data = pd.read_csv(csv_file)
+        self.encoded = [tokenizer.encode(text)[:max_length] for text in self.data["Text"]]
+        self.encoded = [ids + [pad_token_id] * (max_length - len(ids)) for ids in self.encoded]
+
+    def __len__(self):
+        return len(self.data)
+
+    def __getitem__(self, index):
+        encoded = self.encoded[index]
+        label = self.data.iloc[index]["Label"]
+        return torch.tensor(encoded, dtype=torch.long), torch.tensor(label, dtype=torch.long)
+"""
 
 CASES = [
     ("loader = DataLoader(TensorDataset(torch.randn(8, 2), torch.randn(8)))", INDEXES),
@@ -91,6 +110,31 @@ CASES = [
     (PRECOMPUTED + "loader = DataLoader(Ring())", INDEXES),
     (LIGHTNING, INDEXES),
     (TOKENIZING + "loader = DataLoader(Texts(['ab', 'cd']))", COMPUTES),
+    (PRETOKENIZED + "loader = DataLoader(Spam('train.csv', tokenizer), batch_size=8)", INDEXES),
+    (  # a mask kept in memory, or None and made of ones per item: still nothing to take off
+        PRETOKENIZED.replace(
+            "        self.encoded = [ids + [",
+            "        if masked:\n            self.masks = [[1] * max_length for _ in self.encoded]\n"
+            "        else:\n            self.masks = None\n"
+            "        self.encoded = [ids + [",
+        )
+        .replace("pad_token_id=0):", "pad_token_id=0, masked=False):")
+        .replace(
+            '        label = self.data.iloc[index]["Label"]\n',
+            '        label = self.data.iloc[index]["Label"]\n'
+            "        mask = self.masks[index] if self.masks is not None else torch.ones(8, dtype=torch.long)\n",
+        )
+        + "train = None\nif train is None:\n    train = Spam('train.csv', tokenizer)\n"
+        + "loader = DataLoader(train, batch_size=8)",
+        INDEXES,
+    ),
+    (  # the same dataset tokenizing in `__getitem__`: work per item
+        PRETOKENIZED.replace(
+            "encoded = self.encoded[index]", "encoded = tokenizer.encode(self.data.iloc[index]['Text'])"
+        )
+        + "loader = DataLoader(Spam('train.csv', tokenizer), batch_size=8)",
+        COMPUTES,
+    ),
     (DECODING + "loader = DataLoader(Images(['a.png']))", COMPUTES),
     (
         "loader = DataLoader(TensorDataset(torch.randn(8, 2)), collate_fn=lambda b: torch.stack([x for (x,) in b]))",
@@ -117,3 +161,55 @@ def test_only_a_tensor_dataset_gets_the_batch_sampler_advice():
     names = {n.value: n for n in context.index.find(cst.Name) if n.value in ("rows", "ring")}
     assert context.loaders.rows_of_tensors(names["rows"])
     assert not context.loaders.rows_of_tensors(names["ring"])
+
+
+def test_pm201_does_not_ask_for_workers_for_a_dataset_tokenized_when_it_is_made():
+    from codemod.config import Settings
+    from codemod.engine import process_source
+    from codemod.result import Level
+
+    code = (
+        HEAD
+        + PRETOKENIZED
+        + "model = torch.nn.Linear(8, 2)\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        + "num_workers = 0\n"
+        + "loader = DataLoader(Spam('train.csv', tokenizer), batch_size=8, num_workers=num_workers)\n"
+        + "for x, y in loader:\n    loss = torch.nn.functional.cross_entropy(model(x.float()), y)\n"
+        + "    opt.zero_grad()\n    loss.backward()\n    opt.step()\n"
+    )
+    settings = Settings(select=("PM201",), level=Level.UNSAFE)
+    [finding] = process_source(code.encode(), "<test>", settings).findings
+    assert not finding.applied
+    assert "left without workers" in finding.message and "give it worker processes" not in finding.message
+
+
+TOY_MODULE = """\
+from torch.utils.data import Dataset
+
+
+class ToyDataset(Dataset):
+    def __init__(self, X, y):
+        self.features = X
+        self.labels = y
+
+    def __getitem__(self, index):
+        return self.features[index], self.labels[index]
+
+    def __len__(self):
+        return self.labels.shape[0]
+"""
+
+
+@pytest.mark.parametrize(
+    "features, cost",
+    [("torch.tensor([[-1.2, 3.1], [2.3, -1.1]])", INDEXES), ("load_features()", UNKNOWN)],
+)
+def test_a_dataset_class_of_another_module_is_read_there_with_what_this_file_gives_it(tmp_path, features, cost):
+    """The class is read in its module; the tensors it is given, in the file that makes it."""
+    (tmp_path / "pyproject.toml").write_text("[project]\nname = 'demo'\n")
+    (tmp_path / "toy.py").write_text(TOY_MODULE)
+    train = f"{HEAD}from toy import ToyDataset\nX = {features}\ny = torch.tensor([0, 1])\nloader = DataLoader(ToyDataset(X, y))\n"
+    (tmp_path / "train.py").write_text(train)
+    context = FileContext.of_source(train, str(tmp_path / "train.py"))
+    (loader,) = context.loaders.constructions
+    assert context.loaders.batch_cost(loader) == cost

@@ -100,7 +100,7 @@ class SingleProcessTraining(Rule):
     iterator that starts the loader's passes itself, other than a generator
     of the file that only cycles it (`while True: for b in loader: yield b`,
     or `yield from loader`, whose sampler is told each new pass inside it), a training loss with
-    `reduction="sum"` (DDP averages the
+    `reduction="sum"` (or its older spelling `size_average=False`; DDP averages the
     gradients; a summed evaluation loss is fine), embeddings with
     `sparse=True` (sparse gradients), epochs run in a comprehension,
     batches that come from somewhere the rule cannot follow, a training
