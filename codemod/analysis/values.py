@@ -755,14 +755,19 @@ class Kinds:
         """Is the variable behind `name` written in place anywhere in its scope
         (`buf.copy_(...)`, `buf[i] = ...`, `buf += ...`, `out=buf`), also through a part or a
         view of its storage (`buf[:n].copy_(a)`, `buf[:, 0] = a`, `buf.narrow(0, 0, n).fill_(0)`,
-        `buf.numpy()[:] = a`), or such a view handed to a call that may write it
-        (`np.copyto(buf.numpy(), a)`: not `leaves_arguments_alone`)? The tensor itself, or an
-        item of it, handed to a call is taken to be left alone here (the name may be a device
-        copy by then: `x = x.to(device)`; `normalize(x)`); `variance`, which moves code, is
-        stricter."""
+        `buf.numpy()[:] = a`, `col = buf[:, 0]` then `col.copy_(a)`), or such a view handed to
+        a call that may write it (`np.copyto(buf.numpy(), a)`: not `leaves_arguments_alone`)?
+        The tensor itself, or an item of it, handed to a call is taken to be left alone here
+        (the name may be a device copy by then: `x = x.to(device)`; `normalize(x)`);
+        `variance`, which moves code, is stricter."""
+        return self._written_in_place(name, set())
+
+    def _written_in_place(self, name: cst.Name, seen: set[str]) -> bool:
+        """`is_mutated_in_place`, `seen` the names of views of the storage already asked."""
         scope = self.scopes.get(name)
         if scope is None:
             return True
+        seen.add(name.value)
         if any(isinstance(self.parents.get(a.node), cst.AugAssign) for a in scope.assignments[name.value]):
             return True  # `buf += 1` is an in-place add on a tensor
         for access in scope.accesses[name.value]:
@@ -802,6 +807,10 @@ class Kinds:
                 and not self.leaves_arguments_alone(call)
             ):
                 return True
+            if node is not access.node and isinstance(parent, cst.Assign) and parent.value is node:
+                views = [t.target for t in parent.targets if isinstance(t.target, cst.Name)]
+                if any(view.value not in seen and self._written_in_place(view, seen) for view in views):
+                    return True  # `col = buf[:, 0]` then `col.copy_(a)`
         return False
 
     def leaves_arguments_alone(self, call: cst.Call) -> bool:

@@ -185,9 +185,12 @@ def test_the_copies_of_host_tensors_to_the_device_in_a_loop():
         ("buf = torch.empty(3, 2)\nbuf.T[0].fill_(1)\nprobe(buf)", True),
         ("buf = torch.empty(3, 2)\nbuf.data.zero_()\nprobe(buf)", True),
         ("buf = torch.empty(3, 2)\nbuf.view(-1)[:2].copy_(torch.ones(2))\nprobe(buf)", True),
+        ("buf = torch.empty(3, 2)\ncol = buf[:, 0]\nflat = col.view(-1)\nflat.fill_(1)\nprobe(buf)", True),
+        ("buf = torch.empty(3, 2)\ncol = buf[:, 0]\ncol = col * 2\ncol.fill_(1)\nprobe(buf)", True),
         # read only: a copy of a part, a part read into a sum
         ("buf = torch.empty(3, 2)\ny = buf[:, 0].clone()\ny.add_(1)\nprobe(buf)", False),
         ("buf = torch.empty(3, 2)\ntotal = torch.zeros(2)\ntotal += buf[0]\nprobe(buf)", False),
+        ("buf = torch.empty(3, 2)\ncol = buf[:, 0].clone()\ncol.fill_(1)\nprobe(buf)", False),
     ],
 )
 def test_in_place_mutation(code, mutated):

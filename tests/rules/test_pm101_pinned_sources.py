@@ -208,6 +208,7 @@ for step in range(3):
         "buf[step % 4].fill_(step)",
         "buf.T[0].zero_()",
         "buf.view(-1)[:8].copy_(torch.arange(8.0))",
+        "row = buf[1]; row.copy_(torch.full((131072,), float(step)))",
     ],
 )
 def test_a_pinned_buffer_refilled_through_a_view_keeps_its_blocking_copy(write):
