@@ -76,6 +76,7 @@ from codemod.analysis.torch_facts import (
     SAME_PLACE_METHODS,
     SHARING_ATTRIBUTES,
     SHARING_CALLS,
+    SUBMODULE_METHODS,
     TENSOR_ATTRIBUTES,
     TRANSPARENT_BLOCKS,
 )
@@ -563,7 +564,7 @@ class Variance:
         """Why an attribute of the object `expr` holds (a name, or a chain `a.b`), or of an
         object it holds down a chain of attributes and items, may be assigned in `region`:
         `model.drop.p = v`, `model.blocks[0].scale = v`, `setattr(model.head, key, v)`,
-        `del model.cache` there; None when none is. Writes into what it holds
+        `del model.cache`, `m.p = v` for `m` in `model.modules()` there; None when none is. Writes into what it holds
         (`model.weight.data.mul_(0.9)`, `model.mask[0] = 1`, `model.fc.weight.grad = None`)
         are not attribute assignments."""
         for change in self._changes(region):
@@ -572,7 +573,7 @@ class Variance:
             node = change.changed
             while isinstance(node, (cst.Attribute, cst.Subscript)) and not node.deep_equals(expr):
                 node = node.value
-            if node.deep_equals(expr):
+            if node.deep_equals(expr) or isinstance(node, cst.Name) and self._submodule_of(node, expr):
                 assigned = (
                     f"`{self.context.source(change.changed)}.{change.attribute}`"
                     if change.attribute != ANY_ATTRIBUTE
@@ -580,6 +581,27 @@ class Variance:
                 )
                 return f"{assigned} is assigned in the loop (line {self.context.line(change.where)})"
         return None
+
+    def _submodule_of(self, name: cst.Name, module: cst.BaseExpression) -> bool:
+        """Is `name` bound to a submodule of `module` (a module's tree): the target of a loop
+        over `module.modules()` (`for key, m in module.named_children():`), or
+        `module.get_submodule(path)`?"""
+        for binding in self.context.kinds.sources(name):
+            statement = self._bindings.statement(binding.node)
+            if isinstance(statement, cst.For):
+                target = statement.target
+                last = target.elements[-1].value if isinstance(target, cst.Tuple) and target.elements else target
+                source = statement.iter if last is binding.node else None
+            else:
+                source = self._bindings.assigned_value(binding)
+            if not (
+                isinstance(source, cst.Call)
+                and isinstance(source.func, cst.Attribute)
+                and source.func.attr.value in SUBMODULE_METHODS
+                and source.func.value.deep_equals(module)
+            ):
+                return False
+        return bool(self.context.kinds.sources(name))
 
     def changed_through(self, expr: cst.BaseExpression, region: cst.CSTNode) -> bool:
         """Is the object `expr` holds (a name, or a chain `a.b`) changed in `region` through

@@ -126,8 +126,9 @@ class UncompiledModel(Rule):
     specialize and recompile: fix PM501, then compile by hand and check the
     compile with `perfmod verify`), a model that is
     rebound after the place where the compile would go, a model one of whose
-    attributes, or a submodule's, the training loop assigns (`model.drop.p = p`:
-    dynamo guards on them and would recompile for every new value), a model that is
+    attributes, or a submodule's, the training loop assigns (`model.drop.p = p`,
+    `m.p = p` for `m` in `model.modules()`: dynamo guards on them and would
+    recompile for every new value), a model that is
     not built in the function (or module) that trains it nor by the one
     caller that gives it to that function, a model held in
     an attribute (`self.model`), and a model of a class from another module

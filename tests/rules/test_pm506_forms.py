@@ -411,3 +411,45 @@ def test_writes_into_what_the_model_holds_leave_it_compiled():
     found, new = findings(annealed(step_line=writes), Level.UNSAFE)
     assert [(line, fixable) for line, fixable, _ in found] == [(17, True)]
     assert "    model = Classifier()\n    model.compile()\n" in new
+
+
+SUBMODULE_SCHEDULE = """\
+import torch
+import torch.nn as nn
+
+model = nn.Sequential(nn.Linear(4, 4), nn.Dropout(0.3), nn.Linear(4, 1))
+probe = nn.Dropout(0.3)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for step in range(30):
+    for m in {modules}:
+        if isinstance(m, nn.Dropout):
+            m.p = 0.3 * (1 - step / 30)
+    loss = model(torch.randn(8, 4)).pow(2).mean()
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+"""
+
+
+@pytest.mark.parametrize("modules", ["model.modules()", "model.children()"])
+def test_a_dropout_schedule_over_the_model_s_submodules_is_reported(modules):
+    found, new = findings(SUBMODULE_SCHEDULE.format(modules=modules), Level.UNSAFE)
+    assert [(line, fixable) for line, fixable, _ in found] == [(4, False)]
+    assert "`m.p` is assigned in the loop (line 10)" in found[0][2]
+    assert "compile()" not in new
+
+
+def test_a_schedule_over_another_module_leaves_the_model_compiled():
+    found, new = findings(SUBMODULE_SCHEDULE.format(modules="probe.modules()"), Level.UNSAFE)
+    assert [(line, fixable) for line, fixable, _ in found] == [(4, True)]
+    assert "model.compile()" in new
+
+
+def test_a_submodule_looked_up_by_its_path_and_assigned_is_reported():
+    source = SUBMODULE_SCHEDULE.replace(
+        "    for m in {modules}:\n        if isinstance(m, nn.Dropout):\n            m.p = 0.3 * (1 - step / 30)\n",
+        '    drop = model.get_submodule("1")\n    drop.p = 0.3 * (1 - step / 30)\n',
+    )
+    found, _ = findings(source, Level.UNSAFE)
+    assert [(line, fixable) for line, fixable, _ in found] == [(4, False)]
+    assert "`drop.p` is assigned in the loop (line 9)" in found[0][2]
