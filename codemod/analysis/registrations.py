@@ -7,7 +7,8 @@ that registers a hook:
 
 - `per_call(call)`: "function" when a per-call function runs it (a `forward`, a
   `@contextmanager` helper, a function that a loop or such a function calls), "loop" when
-  only a loop around it repeats it, None when it runs once.
+  only a loop around it repeats it, None when it runs once or only every few iterations
+  (behind a periodic test, `periodic.sometimes`).
 - `in_training_loop(call)`, `removed_in_same_call(call, removals)`.
 - `once_in_init(call, removals)`: where `forward` registers the same hooks on every call
   and removes them in the `finally` of a `try` around the rest of its body, what moving the
@@ -26,6 +27,7 @@ from libcst.metadata import BuiltinAssignment, GlobalScope, ImportAssignment
 from codemod.analysis import match as m
 from codemod.analysis.local_calls import local_calls
 from codemod.analysis.names import names_read
+from codemod.analysis.periodic import periodic
 from codemod.analysis.torch_facts import CONTEXT_MANAGER_DECORATORS
 
 if TYPE_CHECKING:
@@ -77,7 +79,11 @@ class Registrations:
                 return
 
     def per_call(self, node: cst.CSTNode) -> str | None:
-        """`"function"` inside a per-call function, `"loop"` inside a loop, else None."""
+        """`"function"` inside a per-call function, `"loop"` inside a loop, else None: also
+        where every way to it passes a periodic test (`periodic.sometimes`: a capture entered
+        under `if step % 10 == 9:`), which runs it every few steps, not on every call."""
+        if periodic(self.context).sometimes(node) is not None:
+            return None
         kinds = ["function" if isinstance(r, cst.FunctionDef) else "loop" for r in self._regions(node)]
         return "function" if "function" in kinds else (kinds[0] if kinds else None)
 

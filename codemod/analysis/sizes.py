@@ -433,7 +433,8 @@ class Sizes:
         `torch.randint(0, 9, (n,))`, `torch.zeros_like(x)`), or computed from such tensors by
         slicing and indexing (`x[:, :3]`, `x[0]`), elementwise ops and arithmetic (broadcast),
         reductions over the dims given (`x.sum(1, keepdim=True)`), casts (`x.long()`), reshapes
-        (`view`, `reshape`, `unsqueeze`, `flatten`, `t`, `permute`) and `torch.cat`/`torch.stack`.
+        (`view`, `reshape`, `unsqueeze`, `flatten`, `t`, `permute`) and `torch.cat`/`torch.stack`;
+        a name where every binding that reaches it gives the same (`if cuda: X = X.pin_memory()`).
         Every dim is an upper bound (a slice of unknown bounds keeps its dim)."""
         found = self._tensor(expr, depth)
         return found if found is not None and found[1] else None
@@ -450,9 +451,11 @@ class Sizes:
             if fed is not None:
                 return fed
             values = self.values(expr, depth + 1)
-            if not values or len(values) != 1 or values[0] is expr:
+            if not values or any(value is expr for value in values):
                 return None
-            return self._tensor(values[0], depth + 1)
+            # Several bindings reach it (`if cuda: X = X.pin_memory()`): known where all agree.
+            found = {self._tensor(value, depth + 1) for value in values}
+            return found.pop() if len(found) == 1 else None
         if isinstance(expr, (cst.Integer, cst.Float)):
             return (), 0
         if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, cst.Minus):

@@ -154,6 +154,8 @@ GRAD_FREE_CONTEXTS = functions(Category.GRAD_MODE, records_graph=False)
 # Module methods that neither move the module nor hand it out, and those that return it.
 MODULE_METHODS_IN_PLACE = module_methods(keeps_place=True)
 MODULE_METHODS_RETURNING_SELF = module_methods(returns_self=True)
+# Module methods that hand out its submodules (`for m in model.modules():`).
+SUBMODULE_METHODS = module_methods(submodules=True)
 # Module methods that set an attribute by name (`register_buffer("mask", mask)` makes
 # `self.mask`): method -> the keyword of the value they set.
 MODULE_ATTRIBUTE_SETTERS = {m.name: m.sets for m in NN_MODULE_METHODS.values() if m.sets is not None}

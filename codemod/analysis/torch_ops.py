@@ -758,6 +758,9 @@ class ModuleMethod(NamedTuple):
     compiles: bool = False  # it compiles the module's forward with TorchDynamo, in place
     accelerator: bool = False  # it moves the module to an accelerator whatever its argument says
     runs_forward: bool = False  # it runs the module's forward pass
+    # It hands out the module's submodules (the module too, for `modules()`), named or not:
+    # an attribute set on one of them is set on the module's tree.
+    submodules: bool = False
 
 
 def _module_methods(names: str, **facts) -> list[ModuleMethod]:
@@ -779,6 +782,7 @@ _MODULE_CROSSING: list[tuple[str, dict[str, object]]] = [
     ("cuda xpu ipu mtia", {"accelerator": True}),
     ("compile", {"compiles": True}),
     ("forward", {"runs_forward": True}),
+    ("modules named_modules children named_children get_submodule", {"submodules": True}),
 ]
 
 _MODULE_METHODS = [

@@ -753,39 +753,64 @@ class Kinds:
 
     def is_mutated_in_place(self, name: cst.Name) -> bool:
         """Is the variable behind `name` written in place anywhere in its scope
-        (`buf.copy_(...)`, `buf[i] = ...`, `buf += ...`, `out=buf`), also through a view of
-        its storage (`buf.numpy()[:] = a`), or such a view handed to a call that may write
-        it (`np.copyto(buf.numpy(), a)`: not `leaves_arguments_alone`)? The tensor itself
-        handed to a call is taken to be left alone here (the name may be a device copy by
-        then: `x = x.to(device)`; `normalize(x)`); `variance`, which moves code, is stricter."""
+        (`buf.copy_(...)`, `buf[i] = ...`, `buf += ...`, `out=buf`), also through a part or a
+        view of its storage (`buf[:n].copy_(a)`, `buf[:, 0] = a`, `buf.narrow(0, 0, n).fill_(0)`,
+        `buf.numpy()[:] = a`, `col = buf[:, 0]` then `col.copy_(a)`), or such a view handed to
+        a call that may write it (`np.copyto(buf.numpy(), a)`: not `leaves_arguments_alone`)?
+        The tensor itself, or an item of it, handed to a call is taken to be left alone here
+        (the name may be a device copy by then: `x = x.to(device)`; `normalize(x)`);
+        `variance`, which moves code, is stricter."""
+        return self._written_in_place(name, set())
+
+    def _written_in_place(self, name: cst.Name, seen: set[str]) -> bool:
+        """`is_mutated_in_place`, `seen` the names of views of the storage already asked."""
         scope = self.scopes.get(name)
         if scope is None:
             return True
+        seen.add(name.value)
         if any(isinstance(self.parents.get(a.node), cst.AugAssign) for a in scope.assignments[name.value]):
             return True  # `buf += 1` is an in-place add on a tensor
         for access in scope.accesses[name.value]:
-            node, parent = access.node, self.parents.get(access.node)
-            while isinstance(parent, cst.Attribute) and parent.value is node:
-                call = self.parents.get(parent)
-                if not (isinstance(call, cst.Call) and call.func is parent):
+            node, parent, viewed_by_call = access.node, self.parents.get(access.node), False
+            while True:
+                if isinstance(parent, cst.Attribute) and parent.value is node:
+                    call = self.parents.get(parent)
+                    if isinstance(call, cst.Call) and call.func is parent:
+                        if parent.attr.value.endswith("_") and not parent.attr.value.startswith("_"):
+                            return True
+                        if parent.attr.value not in STORAGE_VIEW_METHODS:
+                            break
+                        node, viewed_by_call = call, True  # a view of the same storage
+                    elif parent.attr.value in SHARING_ATTRIBUTES:
+                        node = parent  # `buf.T`, `buf.data`
+                    else:
+                        break
+                elif isinstance(parent, cst.Subscript) and parent.value is node:
+                    holder = self.parents.get(parent)
+                    if (
+                        isinstance(holder, cst.AssignTarget)
+                        or isinstance(holder, cst.AugAssign)
+                        and holder.target is parent
+                    ):
+                        return True  # `buf[i] = a`, `buf[:n] += a`
+                    node = parent  # an item or slice shares the storage
+                else:
                     break
-                if parent.attr.value.endswith("_") and not parent.attr.value.startswith("_"):
-                    return True
-                if parent.attr.value not in STORAGE_VIEW_METHODS:
-                    break
-                node, parent = call, self.parents.get(call)  # a view of the same storage
-            if isinstance(parent, cst.Subscript) and isinstance(self.parents.get(parent), cst.AssignTarget):
-                return True
+                parent = self.parents.get(node)
             if isinstance(parent, cst.Arg) and parent.keyword is not None and parent.keyword.value == "out":
                 return True
             call = self.parents.get(parent)
             if (
                 isinstance(parent, cst.Arg)
                 and isinstance(call, cst.Call)
-                and node is not access.node  # a view of its storage: `np.copyto(buf.numpy(), a)`
+                and viewed_by_call  # a view of its storage: `np.copyto(buf.numpy(), a)`
                 and not self.leaves_arguments_alone(call)
             ):
                 return True
+            if node is not access.node and isinstance(parent, cst.Assign) and parent.value is node:
+                views = [t.target for t in parent.targets if isinstance(t.target, cst.Name)]
+                if any(view.value not in seen and self._written_in_place(view, seen) for view in views):
+                    return True  # `col = buf[:, 0]` then `col.copy_(a)`
         return False
 
     def leaves_arguments_alone(self, call: cst.Call) -> bool:

@@ -16,6 +16,8 @@ place: what may be computed once before the loop instead of once per iteration.
   from its bindings through the reads they reach (`Kinds.sources`, `reached_reads`).
 - `changed_in_place(name, region)`: is the object `name` holds changed in place in
   `region` (`x.add_(1)`, `x.append(y)`, `x[0] = y`, `x += y`, `f(out=x)`)?
+- `attribute_changed_within(expr, region)`: why an attribute of the object `expr` holds, or of
+  one it holds down a chain, is assigned there (`model.drop.p = v`), with the line.
 - `attributes_assigned(receiver, region)`: is `receiver.attr = ...` (a name's, or a chain's:
   `a.b.attr = ...`) assigned there (`+=`, `del` and `setattr` too)? `attribute_assigned(attribute,
   region)`: is `a.b.attr` itself? `changed_through(expr, region)`: is the object `expr` holds
@@ -74,6 +76,8 @@ from codemod.analysis.torch_facts import (
     SAME_PLACE_METHODS,
     SHARING_ATTRIBUTES,
     SHARING_CALLS,
+    SUBMODULE_METHODS,
+    TENSOR_ATTRIBUTES,
     TRANSPARENT_BLOCKS,
 )
 from codemod.analysis.values import Kind
@@ -94,6 +98,7 @@ class _Change:
 
     changed: cst.BaseExpression
     attribute: str | None = None
+    where: cst.CSTNode | None = None  # the target, call or `out=` that changes it (its line)
 
 
 @dataclass
@@ -555,6 +560,49 @@ class Variance:
             for change in self._changes(region)
         )
 
+    def attribute_changed_within(self, expr: cst.BaseExpression, region: cst.CSTNode) -> str | None:
+        """Why an attribute of the object `expr` holds (a name, or a chain `a.b`), or of an
+        object it holds down a chain of attributes and items, may be assigned in `region`:
+        `model.drop.p = v`, `model.blocks[0].scale = v`, `setattr(model.head, key, v)`,
+        `del model.cache`, `m.p = v` for `m` in `model.modules()` there; None when none is. Writes into what it holds
+        (`model.weight.data.mul_(0.9)`, `model.mask[0] = 1`, `model.fc.weight.grad = None`)
+        are not attribute assignments."""
+        for change in self._changes(region):
+            if change.attribute is None or change.attribute in TENSOR_ATTRIBUTES:
+                continue  # `model.fc.weight.grad = None` writes what a parameter holds
+            node = change.changed
+            while isinstance(node, (cst.Attribute, cst.Subscript)) and not node.deep_equals(expr):
+                node = node.value
+            if node.deep_equals(expr) or isinstance(node, cst.Name) and self._submodule_of(node, expr):
+                assigned = (
+                    f"`{self.context.source(change.changed)}.{change.attribute}`"
+                    if change.attribute != ANY_ATTRIBUTE
+                    else f"an attribute of `{self.context.source(change.changed)}`"
+                )
+                return f"{assigned} is assigned in the loop (line {self.context.line(change.where)})"
+        return None
+
+    def _submodule_of(self, name: cst.Name, module: cst.BaseExpression) -> bool:
+        """Is `name` bound to a submodule of `module` (a module's tree): the target of a loop
+        over `module.modules()` (`for key, m in module.named_children():`), or
+        `module.get_submodule(path)`?"""
+        for binding in self.context.kinds.sources(name):
+            statement = self._bindings.statement(binding.node)
+            if isinstance(statement, cst.For):
+                target = statement.target
+                last = target.elements[-1].value if isinstance(target, cst.Tuple) and target.elements else target
+                source = statement.iter if last is binding.node else None
+            else:
+                source = self._bindings.assigned_value(binding)
+            if not (
+                isinstance(source, cst.Call)
+                and isinstance(source.func, cst.Attribute)
+                and source.func.attr.value in SUBMODULE_METHODS
+                and source.func.value.deep_equals(module)
+            ):
+                return False
+        return bool(self.context.kinds.sources(name))
+
     def changed_through(self, expr: cst.BaseExpression, region: cst.CSTNode) -> bool:
         """Is the object `expr` holds (a name, or a chain `a.b`) changed in `region` through
         itself: an attribute or item of it assigned or deleted, a changing method called on
@@ -582,19 +630,19 @@ class Variance:
         targets += [s.target for s in index.find((cst.AugAssign, cst.AnnAssign, cst.Del), within=region)]
         for target in stored_targets(targets):
             if isinstance(target, cst.Attribute):
-                found.append(_Change(target.value, target.attr.value))
+                found.append(_Change(target.value, target.attr.value, target))
             elif isinstance(target, cst.Subscript):
-                found.append(_Change(target.value))
+                found.append(_Change(target.value, where=target))
         for call in index.find(cst.Call, within=region):
             if isinstance(call.func, cst.Attribute) and _mutating(call.func.attr.value):
-                found.append(_Change(call.func.value))
+                found.append(_Change(call.func.value, where=call))
             elif self.context.names.is_(call.func, "builtins.setattr", "builtins.delattr") and len(call.args) >= 2:
                 name = call.args[1].value
                 attribute = name.evaluated_value if isinstance(name, cst.SimpleString) else ANY_ATTRIBUTE
-                found.append(_Change(call.args[0].value, attribute))
+                found.append(_Change(call.args[0].value, attribute, call))
             out = kwarg(call, "out")
             if out is not None:
-                found.append(_Change(out.value))
+                found.append(_Change(out.value, where=out))
         return found
 
     def names_in(self, region: cst.CSTNode, name: str) -> list[cst.Name]:

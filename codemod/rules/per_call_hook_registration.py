@@ -74,7 +74,8 @@ class PerCallHookRegistration(Rule):
     function with `[...]`, `.append` or `+=`), uses it as a context manager,
     or enters it into a `contextlib.ExitStack` used for nothing else, inside
     the loop or `forward` that registers it. Registrations that run once
-    (outside any loop and any `forward`), hooks whose handles are never removed
+    (outside any loop and any `forward`) or only every few steps (a capture
+    entered under `if step % 100 == 0:`), hooks whose handles are never removed
     in the same call, and functions that may run only once are left alone.
 
     ## Example
@@ -172,6 +173,14 @@ class PerCallHookRegistration(Rule):
             PREAMBLE + "def attach():\n    h = model[0].register_forward_hook(functools.partial(keep, name=0))\n"
             "    model(data[0])\n    h.remove()\n",
             "a plain function may run once",
+        ),
+        Valid(
+            _loop_with(
+                "    if step % 10 == 0:\n"
+                "        h = model[0].register_forward_hook(functools.partial(keep, name=0))\n"
+                "        model(x)\n        h.remove()\n"
+            ).replace("for x in data:", "for step, x in enumerate(data):"),
+            "registered and removed only every ten steps",
         ),
         Valid(
             PREAMBLE + "class Hooker:\n    def register_forward_hook(self, fn):\n        return fn\n"

@@ -15,6 +15,7 @@ from codemod.analysis.network_tables import held_only, holds_networks, model_par
 from codemod.analysis.project import project_of
 from codemod.analysis.tensor_layout import layouts
 from codemod.analysis.torch_facts import MODULE_TABLES
+from codemod.analysis.variance import variance
 from codemod.edits import InsertAfter
 from codemod.rule import Invalid, Level, Rule, Valid
 
@@ -124,7 +125,10 @@ class UncompiledModel(Rule):
     registered per call with Python state, PM501's pattern, can make it
     specialize and recompile: fix PM501, then compile by hand and check the
     compile with `perfmod verify`), a model that is
-    rebound after the place where the compile would go, a model that is
+    rebound after the place where the compile would go, a model one of whose
+    attributes, or a submodule's, the training loop assigns (`model.drop.p = p`,
+    `m.p = p` for `m` in `model.modules()`: dynamo guards on them and would
+    recompile for every new value), a model that is
     not built in the function (or module) that trains it nor by the one
     caller that gives it to that function, a model held in
     an attribute (`self.model`), and a model of a class from another module
@@ -235,6 +239,12 @@ class UncompiledModel(Rule):
             None,
             "rebound in the loop",
         ),
+        Invalid(
+            SETUP.replace("torch.nn.ReLU(), ", "torch.nn.ReLU(), torch.nn.Dropout(0.1), ")
+            + LOOP.replace("    opt.step()\n", "    opt.step()\n    model[2].p = 0.1 * (1 - step / 10)\n"),
+            None,
+            "an attribute of a submodule assigned every step: dynamo would recompile for each value",
+        ),
     ]
 
     def visit_Module(self, node: cst.Module) -> None:
@@ -306,6 +316,12 @@ class UncompiledModel(Rule):
                 f"`{built}` could be compiled, but this file differentiates through gradients "
                 f"(`create_graph=True`, line {line}): torch.compile does not support double backward",
             )
+        elif (assigned := self._attribute_assigned(loop, name)) is not None:
+            self.report(
+                anchor,
+                f"`{built}` could be compiled, but {assigned}: dynamo guards on the module's attributes "
+                "and would recompile whenever one changes; not fixed",
+            )
         elif (broken := model_break(self.context, loop, name)) is not None:
             call, reason = broken
             self.report(
@@ -331,6 +347,12 @@ class UncompiledModel(Rule):
                     edits=[InsertAfter(anchor, (compile_line,))],
                     level=Level.UNSAFE,
                 )
+
+    def _attribute_assigned(self, loop, name: str) -> str | None:
+        """Why an attribute of the model `name`, or of one of its submodules, is assigned in
+        the training loops around its step (`model.drop.p = p`), or None."""
+        outermost = [loop.loop, *self.context.index.enclosing_loops(loop.loop)][-1]
+        return variance(self.context).attribute_changed_within(cst.Name(name), outermost)
 
     def _draw(self, loop, name: str) -> str | None:
         """The random ops that compiling the model `name` covers (`its random ops (`Dropout`)`),

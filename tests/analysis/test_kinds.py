@@ -179,6 +179,18 @@ def test_the_copies_of_host_tensors_to_the_device_in_a_loop():
         ("buf = torch.empty(3)\nbuf += 1\nprobe(buf)", True),
         ("buf = torch.empty(3)\ntorch.add(buf, 1, out=buf)\nprobe(buf)", True),
         ("buf = torch.empty(3)\ny = buf.add(1)\nprobe(buf)", False),
+        # a part or view of the storage, written
+        ("buf = torch.empty(3, 2)\nbuf[:, 0].copy_(torch.ones(3))\nprobe(buf)", True),
+        ("buf = torch.empty(3, 2)\nbuf[1:] += 1\nprobe(buf)", True),
+        ("buf = torch.empty(3, 2)\nbuf.T[0].fill_(1)\nprobe(buf)", True),
+        ("buf = torch.empty(3, 2)\nbuf.data.zero_()\nprobe(buf)", True),
+        ("buf = torch.empty(3, 2)\nbuf.view(-1)[:2].copy_(torch.ones(2))\nprobe(buf)", True),
+        ("buf = torch.empty(3, 2)\ncol = buf[:, 0]\nflat = col.view(-1)\nflat.fill_(1)\nprobe(buf)", True),
+        ("buf = torch.empty(3, 2)\ncol = buf[:, 0]\ncol = col * 2\ncol.fill_(1)\nprobe(buf)", True),
+        # read only: a copy of a part, a part read into a sum
+        ("buf = torch.empty(3, 2)\ny = buf[:, 0].clone()\ny.add_(1)\nprobe(buf)", False),
+        ("buf = torch.empty(3, 2)\ntotal = torch.zeros(2)\ntotal += buf[0]\nprobe(buf)", False),
+        ("buf = torch.empty(3, 2)\ncol = buf[:, 0].clone()\ncol.fill_(1)\nprobe(buf)", False),
     ],
 )
 def test_in_place_mutation(code, mutated):

@@ -200,10 +200,63 @@ for step in range(3):
     [
         "buf.numpy()[:] = step",
         "np.copyto(buf.numpy(), np.full((4, 131072), step, dtype=np.float32))",
+        # A part or view of the buffer shares its memory: writing it writes the buffer.
+        "buf[:, 0].copy_(torch.full((4,), float(step)))",
+        "buf[:2] = step",
+        "buf[1:] += step",
+        "buf.narrow(0, 0, 2).copy_(torch.full((2, 131072), float(step)))",
+        "buf[step % 4].fill_(step)",
+        "buf.T[0].zero_()",
+        "buf.view(-1)[:8].copy_(torch.arange(8.0))",
+        "row = buf[1]; row.copy_(torch.full((131072,), float(step)))",
     ],
 )
-def test_a_pinned_buffer_refilled_through_its_numpy_view_keeps_its_blocking_copy(write):
-    """The host writes the next batch into the buffer's memory through its numpy view
-    right after the copy is queued: a copy that did not block would read it half written."""
+def test_a_pinned_buffer_refilled_through_a_view_keeps_its_blocking_copy(write):
+    """The host writes the next batch into the buffer's memory through a view of it (its
+    numpy view, a slice, an item, a transpose) right after the copy is queued: a copy that did not block would read it half written."""
     assert [f.fixable for f in rewrite(STAGED.format(write="pass")).findings] == [True]  # the buffer, left alone
     assert rewrite(STAGED.format(write=write)).findings == []
+
+
+# blind11: a pinned staging buffer refilled every step through a view of it, then a view
+# of it copied to the device. The unrelated pinned `table` is never written.
+REFILLED_VIEW = """\
+import torch
+
+torch.manual_seed(0)
+dev = "cuda" if torch.cuda.is_available() else "cpu"
+stage = torch.empty(64, 131072, pin_memory=torch.cuda.is_available())
+table = torch.randn(64, 131072, pin_memory=torch.cuda.is_available())
+total = torch.zeros((), device=dev)
+for step in range(3):
+    y = torch.full((64,), float(step))
+    {refill}
+    y_dev = stage[: len(y), 0].to(dev)
+    t_dev = table.to(dev)
+    total += y_dev.sum() + t_dev[:, 0].sum()
+print(total.item())
+"""
+
+
+@pytest.mark.parametrize(
+    "refill",
+    [
+        "stage[: len(y), 0].copy_(y)",
+        "stage[:, 0] = y",
+        "stage.select(1, 0).copy_(y)",
+        "stage.narrow(1, 0, 1).copy_(y[:, None])",
+    ],
+)
+def test_a_view_of_a_buffer_refilled_through_a_view_keeps_its_blocking_copy(refill):
+    source = REFILLED_VIEW.format(refill=refill)
+    result = rewrite(source)
+    assert [f.line for f in result.findings] == [12]  # `table`'s copy only
+    new = result.new_source.decode()
+    assert "y_dev = stage[: len(y), 0].to(dev)\n" in new
+    assert "t_dev = table.to(dev, non_blocking=True)" in new
+    before, after = io.StringIO(), io.StringIO()
+    with one_thread(), contextlib.redirect_stdout(before):
+        exec(compile(source, "<pm101>", "exec"), {"__name__": "__main__"})
+    with one_thread(), contextlib.redirect_stdout(after):
+        exec(compile(new, "<pm101>", "exec"), {"__name__": "__main__"})
+    assert before.getvalue() == after.getvalue()

@@ -242,3 +242,44 @@ for i in range(0, len(data) - 1, 50):
         finding.message
     )
     assert "used for more than slicing" not in finding.message
+
+
+# blind11: small contiguous slices of tensors pinned where the copies go to CUDA. The
+# conditional pin (`X, Y = X.pin_memory(), Y.pin_memory()`) keeps their shapes, so the batch
+# is still known to be too small for a DataLoader to pay: reported, as without the pin.
+SMALL_SLICES = """\
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+X = torch.randn(8192, 64)
+Y = torch.randn(8192, 8)
+{pin}
+model = nn.Linear(64, 8).to(device)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for epoch in range(2):
+    for i in range(0, len(X), 1024):
+        xb = X[i:i + 1024].to(device)
+        yb = Y[i:i + 1024].to(device)
+        loss = F.mse_loss(model(xb), yb)
+        opt.zero_grad(); loss.backward(); opt.step()
+"""
+
+
+@pytest.mark.parametrize(
+    "pin",
+    [
+        "pass",
+        "X = X.pin_memory()\nY = Y.pin_memory()",
+        'if device.type == "cuda":\n    X, Y = X.pin_memory(), Y.pin_memory()',
+        'if device.type == "cuda":\n    X = X.contiguous().pin_memory()\n    Y = Y.detach()',
+    ],
+)
+def test_small_slices_of_tensors_pinned_on_a_condition_are_reported_not_rewritten(pin):
+    source = SMALL_SLICES.format(pin=pin)
+    found, new = run(source)
+    loop_line = source.splitlines().index("    for i in range(0, len(X), 1024):") + 1
+    assert [(f.line, f.fixable) for f in found] == [(loop_line, False)]
+    assert "a batch holds about 295 KB" in found[0].message
+    assert "DataLoader" not in new

@@ -117,6 +117,38 @@ def test_forward_and_context_manager_functions_are_per_call():
     """) == [(3, PER_CALL), (9, PER_CALL), (16, ESCAPES)]
 
 
+CAPTURE = """\
+@contextlib.contextmanager
+def capture(module, store):
+    handle = module.register_forward_hook(lambda m, a, out: store.append(out.detach()))
+    try:
+        yield store
+    finally:
+        handle.remove()
+for step in range(30):
+    model(torch.randn(1, 2)).sum().backward()
+    opt.step()
+    {guard}
+        feats = []
+        with torch.no_grad(), capture(model, feats):
+            model(torch.randn(1, 2))
+        h = model.register_forward_pre_hook(print)
+        h.remove()
+"""
+
+
+@pytest.mark.parametrize(
+    "guard,found",
+    [
+        ("if step >= 0:", [(3, PER_CALL), (15, PER_CALL)]),
+        ("if step % 10 == 9:", []),  # blind11: an evaluation capture, every ten steps
+        ("if (step + 1) % 10 == 0 and step > 0:", []),
+    ],
+)
+def test_hooks_registered_only_every_few_steps_are_not_per_call(guard, found):
+    assert findings(CAPTURE.format(guard=guard)) == found
+
+
 def test_registrations_of_unknown_frequency_or_never_removed_are_left_alone():
     assert (
         findings("""\

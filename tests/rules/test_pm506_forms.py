@@ -11,6 +11,7 @@ import io
 import re
 import textwrap
 
+import pytest
 import torch
 
 from codemod.config import Settings
@@ -20,8 +21,8 @@ from codemod.rules.uncompiled_model import UncompiledModel
 from tests.rules.scripts import one_thread
 
 
-def findings(source: str):
-    settings = Settings(select=("PM506",), level=Level.NUMERIC)
+def findings(source: str, level: Level = Level.NUMERIC):
+    settings = Settings(select=("PM506",), level=level)
     result = process_source(textwrap.dedent(source).encode(), "t.py", settings, [UncompiledModel])
     assert result.error is None, result.error
     return [(f.line, f.fixable, f.message) for f in result.findings], result.new_source.decode()
@@ -340,3 +341,115 @@ def test_a_hook_on_an_attribute_of_the_model_named_at_run_time_may_be_any_part()
     found, new = findings(source)
     assert not any(fixable for _, fixable, _ in found), found
     assert ".compile()" not in new
+
+
+# blind11: the loop anneals the dropout of the model it trains through the model's attributes.
+# Compiled, dynamo guards on `drop.p` and recompiles every step until the recompile limit
+# sends it back to eager: no compile, a report naming the line.
+ANNEALED = """\
+import torch
+import torch.nn as nn
+
+
+class Classifier(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(64, 16)
+        self.drop = nn.Dropout(0.3)
+        self.out = nn.Linear(16, 4)
+
+    def forward(self, ids):
+        return self.out(self.drop(self.emb(ids)).mean(1))
+
+
+def main():
+    model = Classifier()
+    opt = torch.optim.AdamW(model.parameters())
+    for epoch in range(20):
+        {epoch_line}
+        for step in range(30):
+            {step_line}
+            ids = torch.randint(0, 64, (8, 5))
+            loss = model(ids).logsumexp(1).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+"""
+
+
+def annealed(epoch_line: str = "pass", step_line: str = "pass") -> str:
+    return ANNEALED.format(epoch_line=epoch_line, step_line=step_line)
+
+
+@pytest.mark.parametrize(
+    "where,line,assigned",
+    [
+        ({"step_line": "model.drop.p = 0.3 * (1 - step / 30)"}, 22, "`model.drop.p`"),
+        ({"step_line": 'setattr(model.drop, "p", 0.3 / (step + 1))'}, 22, "`model.drop.p`"),
+        ({"step_line": 'setattr(model.drop, ["p"][0], 0.3 / (step + 1))'}, 22, "an attribute of `model.drop`"),
+        ({"epoch_line": "model.drop.p = 0.3 / (epoch + 1)"}, 20, "`model.drop.p`"),
+        ({"step_line": "model.temperature = 1.0 + step"}, 22, "`model.temperature`"),
+    ],
+)
+def test_a_model_whose_attributes_the_loop_assigns_is_reported_not_compiled(where, line, assigned):
+    found, new = findings(annealed(**where))
+    assert found == [
+        (
+            17,
+            False,
+            f"`model` could be compiled, but {assigned} is assigned in the loop (line {line}): dynamo guards "
+            "on the module's attributes and would recompile whenever one changes; not fixed",
+        )
+    ]
+    assert "compile()" not in new
+
+
+def test_writes_into_what_the_model_holds_leave_it_compiled():
+    """Parameters' values and gradients are tensors' contents, which dynamo does not guard on
+    (the dropout makes the compile unsafe: its draws are not the eager ones)."""
+    writes = "model.out.weight.grad = None; model.out.weight.data.mul_(0.99)"
+    found, new = findings(annealed(step_line=writes), Level.UNSAFE)
+    assert [(line, fixable) for line, fixable, _ in found] == [(17, True)]
+    assert "    model = Classifier()\n    model.compile()\n" in new
+
+
+SUBMODULE_SCHEDULE = """\
+import torch
+import torch.nn as nn
+
+model = nn.Sequential(nn.Linear(4, 4), nn.Dropout(0.3), nn.Linear(4, 1))
+probe = nn.Dropout(0.3)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for step in range(30):
+    for m in {modules}:
+        if isinstance(m, nn.Dropout):
+            m.p = 0.3 * (1 - step / 30)
+    loss = model(torch.randn(8, 4)).pow(2).mean()
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+"""
+
+
+@pytest.mark.parametrize("modules", ["model.modules()", "model.children()"])
+def test_a_dropout_schedule_over_the_model_s_submodules_is_reported(modules):
+    found, new = findings(SUBMODULE_SCHEDULE.format(modules=modules), Level.UNSAFE)
+    assert [(line, fixable) for line, fixable, _ in found] == [(4, False)]
+    assert "`m.p` is assigned in the loop (line 10)" in found[0][2]
+    assert "compile()" not in new
+
+
+def test_a_schedule_over_another_module_leaves_the_model_compiled():
+    found, new = findings(SUBMODULE_SCHEDULE.format(modules="probe.modules()"), Level.UNSAFE)
+    assert [(line, fixable) for line, fixable, _ in found] == [(4, True)]
+    assert "model.compile()" in new
+
+
+def test_a_submodule_looked_up_by_its_path_and_assigned_is_reported():
+    source = SUBMODULE_SCHEDULE.replace(
+        "    for m in {modules}:\n        if isinstance(m, nn.Dropout):\n            m.p = 0.3 * (1 - step / 30)\n",
+        '    drop = model.get_submodule("1")\n    drop.p = 0.3 * (1 - step / 30)\n',
+    )
+    found, _ = findings(source, Level.UNSAFE)
+    assert [(line, fixable) for line, fixable, _ in found] == [(4, False)]
+    assert "`drop.p` is assigned in the loop (line 9)" in found[0][2]

@@ -441,6 +441,22 @@ def test_a_shape_that_depends_on_values_or_unknown_arguments_is_unknown(expr):
     assert sizes_of(ctx).tensor(ctx.module.body[-1].body[0].value) is None
 
 
+@pytest.mark.parametrize(
+    "rebinding,shape",
+    [
+        ("if device.type == 'cuda':\n    X = X.pin_memory()\n", ((256, 12), 4)),
+        ("if device.type == 'cuda':\n    X, W = X.pin_memory(), X.contiguous()\n", ((256, 12), 4)),
+        ("if device.type == 'cuda':\n    X = X.detach().to(device)\n", ((256, 12), 4)),
+        ("if device.type == 'cuda':\n    X = X[:10]\n", None),  # the branches disagree
+        ("if device.type == 'cuda':\n    X = X.half()\n", None),  # another element size
+    ],
+)
+def test_a_shape_through_a_conditional_rebinding_is_known_where_both_agree(rebinding, shape):
+    """blind11: `if device.type == "cuda": X = X.pin_memory()` keeps the shape `X` had."""
+    ctx = context(SHAPES + rebinding + "Y = X\n")
+    assert sizes_of(ctx).tensor(ctx.module.body[-1].body[0].value) == shape
+
+
 TINY = """\
 import torch
 import torch.nn as nn
