@@ -311,6 +311,15 @@ CONTAINERS = (Kind.TENSOR, Kind.BATCH)  # what a list, tuple or dict of them is:
 FUNCTIONS = (cst.FunctionDef, cst.Lambda)
 STATIC = ("staticmethod", "classmethod")
 MAX_NAMESPACE_DEPTH = 4  # names an options namespace or a config object is followed through
+def _leaves(block: cst.BaseSuite) -> bool:
+    """Does the block end by leaving it for good (`raise`, `return`, `break`, `continue`)?"""
+    last = block.body[-1] if isinstance(block, cst.IndentedBlock) and block.body else None
+    if isinstance(block, cst.SimpleStatementSuite) or isinstance(last, cst.SimpleStatementLine):
+        small = (block if isinstance(block, cst.SimpleStatementSuite) else last).body
+        return bool(small) and isinstance(small[-1], (cst.Raise, cst.Return, cst.Break, cst.Continue))
+    return False
+
+
 MAX_RETURN_DEPTH = 4  # how many calls deep what functions of this file return is followed
 # (path, function, parameter) whose callers in other modules are being read: a module that
 # passes the loader back to the one asking is not followed around again.
@@ -1382,17 +1391,32 @@ class Kinds:
             for ancestor in self.index.ancestors(use)
         )
         after = [b for b in table.ordered[:split] if not self._binds_before(b.node, use, use_at)] if in_own_loop else []
-        # The latest binding before the use on every path to it hides the earlier ones.
+        # The latest binding before the use on every path to it hides the earlier ones; so
+        # does a `try` that binds the name in its body and in each handler that goes on.
         reaching = []
+        hiding = None  # what hides the earlier bindings: a binding, or such a `try`
         for k in range(split - 1, -1, -1):
             binding = table.ordered[k]
             if in_own_loop and not self._binds_before(binding.node, use, use_at):
                 continue
+            if any(b is binding for b in reaching):
+                continue  # (taken with the `try` that hides the earlier ones)
             reaching.append(binding)
             if self._dominates(binding.node, use):
+                hiding = binding.node
                 break
-        reaching.reverse()
-        last = reaching[-1] if reaching else None
+            covering = self._binding_try(binding.node, use, table)
+            if covering is not None:
+                reaching.extend(
+                    b
+                    for b in table.ordered[:split]
+                    if self.index.inside(b.node, covering)
+                    and all(b is not r for r in reaching)
+                    and (not in_own_loop or self._binds_before(b.node, use, use_at))
+                )
+                hiding = covering
+                break
+        reaching.sort(key=lambda b: self.index.order(b.node))
         # innermost first; none asked for when no binding comes after the use
         loops = list(self.enclosing(use, LOOPS)) if after or split < len(table.ordered) else []
         if not loops:
@@ -1406,10 +1430,34 @@ class Kinds:
             loop = next((loop for loop in loops if self.index.inside(binding.node, loop)), None)
             if loop is None:
                 continue
-            if last is not None and reaching == [last] and self.index.inside(last.node, loop):
+            if hiding is not None and self.index.inside(hiding, loop):
                 continue  # re-bound in every iteration before the use
             reaching.append(binding)
         return reaching
+
+    def _binding_try(self, target: cst.CSTNode, use: cst.Name, table: _NameBindings) -> cst.Try | None:
+        """The `try` around the binding `target` that binds its name on every way out of it
+        but an exception (a statement of its body binds it, and so does one of each handler
+        that does not end by leaving: `raise`, `return`, `break`, `continue`), where the use
+        comes after the `try` in the block that holds it; None otherwise."""
+        covering = self.index.first_enclosing(target, (cst.Try,))
+        if covering is None or self.index.inside(use, covering):
+            return None
+        block = self._block_of(covering)
+        if block is None or not self.index.inside(use, block):
+            return None
+        bound_in = {  # the blocks a statement of which always binds the name when it runs
+            id(self._block_of(statement))
+            for statement in map(self._binding_statement, (b.node for b in table.ordered))
+            if isinstance(statement, (cst.Assign, cst.AugAssign, cst.With))
+            or (isinstance(statement, cst.AnnAssign) and statement.value is not None)
+        }
+        if id(covering.body) not in bound_in:
+            return None
+        for handler in covering.handlers:
+            if id(handler.body) not in bound_in and not _leaves(handler.body):
+                return None
+        return covering
 
     def _binds_before(self, target: cst.CSTNode, use: cst.Name, use_at) -> bool:
         statement = self._binding_statement(target)

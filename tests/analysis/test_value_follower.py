@@ -374,3 +374,38 @@ def test_a_pair_kept_in_an_attribute_unpacks_to_what_another_method_put_in_it():
     for name in ("counts", "recv"):
         fact = kinds.fact(last_read(ctx, name))
         assert (fact.kind, fact.place) == (Kind.TENSOR, Place.HOST), name
+
+
+RETRIED_IN_A_LOOP = """\
+import torch
+
+x = None
+it = iter([])
+for step in range(3):
+    try:
+        x = next(it)
+    except StopIteration:
+        {handler}
+    print(x)
+    x = x.cuda()
+"""
+
+
+def test_a_try_binding_a_name_in_its_body_and_each_handler_hides_the_bindings_before_it():
+    """Both ways out of the `try` bind `x`, so neither the binding before the loop nor the
+    previous step's `x = x.cuda()` reaches the read after it."""
+    for handler in ("it = iter([1])\n        x = next(it)", "raise", "break", "continue"):
+        ctx = context(RETRIED_IN_A_LOOP.format(handler=handler))
+        read = last_read(ctx, "x")
+        bound = [7, 10] if "x = next" in handler else [7]
+        assert lines_of(ctx, ctx.kinds.reaching(read)) == bound, handler
+
+
+def test_a_try_that_may_leave_the_name_unbound_keeps_the_earlier_bindings():
+    """A handler that goes on without binding `x` (or binds it only in a branch, or as a
+    loop's target) lets the earlier values through."""
+    for handler in ("pass", "if step:\n            x = next(it)", "for x in []:\n            pass"):
+        ctx = context(RETRIED_IN_A_LOOP.format(handler=handler))
+        read = last_read(ctx, "x")
+        lines = lines_of(ctx, ctx.kinds.reaching(read))
+        assert 3 in lines and max(lines) == ctx.line(read) + 1, (handler, lines)  # `x = x.cuda()` too

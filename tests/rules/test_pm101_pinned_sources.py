@@ -260,3 +260,49 @@ def test_a_view_of_a_buffer_refilled_through_a_view_keeps_its_blocking_copy(refi
     with one_thread(), contextlib.redirect_stdout(after):
         exec(compile(new, "<pm101>", "exec"), {"__name__": "__main__"})
     assert before.getvalue() == after.getvalue()
+
+
+RETRIED_ITERATOR = """\
+import torch
+import torch.nn.functional as F
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def run_training(model, opt, make_iter, steps, device):
+    losses = []
+    it = make_iter()
+    for _ in range(steps):
+        try:
+            xb, yb = next(it)
+        except StopIteration:
+            it = make_iter()
+            xb, yb = next(it)
+        xb = xb.to(device)
+        yb = yb.to(device)
+        loss = F.mse_loss(model(xb), yb)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.detach())
+    return losses
+
+
+torch.manual_seed(0)
+device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+data = TensorDataset(torch.randn(32, 8), torch.randn(32, 1))
+loader = DataLoader(data, batch_size=8, shuffle=True, pin_memory=torch.cuda.is_available())
+model = torch.nn.Linear(8, 1).to(device)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+print("WILD_LOSSES", torch.stack(run_training(model, opt, lambda: iter(loader), 6, device)).tolist())
+"""
+
+
+def test_a_batch_taken_again_after_the_iterator_runs_out_is_a_batch_of_the_loader():
+    """`try: xb, yb = next(it)` / `except StopIteration:` starting the iterator again binds
+    the batch on both ways out of the `try`, so the previous step's `xb = xb.to(device)`
+    does not reach the copy: it copies the loader's pinned batch."""
+    result = rewrite(RETRIED_ITERATOR)
+    new = result.new_source.decode()
+    assert [f.line for f in result.findings] == [15, 16]
+    assert "xb = xb.to(device, non_blocking=True)" in new
+    assert losses(new) == losses(RETRIED_ITERATOR)
