@@ -311,6 +311,8 @@ CONTAINERS = (Kind.TENSOR, Kind.BATCH)  # what a list, tuple or dict of them is:
 FUNCTIONS = (cst.FunctionDef, cst.Lambda)
 STATIC = ("staticmethod", "classmethod")
 MAX_NAMESPACE_DEPTH = 4  # names an options namespace or a config object is followed through
+
+
 def _leaves(block: cst.BaseSuite) -> bool:
     """Does the block end by leaving it for good (`raise`, `return`, `break`, `continue`)?"""
     last = block.body[-1] if isinstance(block, cst.IndentedBlock) and block.body else None
