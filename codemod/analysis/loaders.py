@@ -1377,9 +1377,12 @@ class Loaders:
         if isinstance(collate, cst.Lambda):
             return Place.UNKNOWN if self.moves_to_device(collate.body) else Place.HOST
         if isinstance(collate, cst.Call):
-            parts = self.names.partial_parts(collate)
-            if parts is not None:  # a partial of a partial: the arguments of both are not joined
-                return self._collate_place(*parts, depth + 1) if bound is None else None
+            wrapped = self.kinds.partial_of(collate)
+            if wrapped is not None:
+                function, (made, *outer) = wrapped
+                if outer or bound is not None:
+                    return None  # a partial of a partial: the arguments of both are not joined
+                return self._collate_place(function, made.with_changes(func=function, args=made.args[1:]), depth + 1)
             if self._is_tensor_collate(collate.func):  # an instance: `DataCollatorWithPadding(tokenizer)`
                 return Place.HOST
             classdef = self.kinds.local_class(collate.func)  # an instance of a class of this file

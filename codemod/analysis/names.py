@@ -283,18 +283,6 @@ class Names:
             return not self.of(node).isdisjoint(names)
         return any(name in names for name in self._canonical(self._qualified(node)))
 
-    def partial_parts(self, call: cst.Call) -> tuple[cst.BaseExpression, cst.Call] | None:
-        """`functools.partial(f, *bound, **bound)`: `f`, and a call of `f` with only the
-        arguments the partial binds (what `bindings.passed_by` reads: a parameter the
-        partial leaves keeps its default, or takes what the partial's caller passes).
-        None for any other call, or when `f` itself comes through `*` / `**`."""
-        if not self.is_(call.func, "functools.partial") or not call.args:
-            return None
-        first = call.args[0]
-        if first.keyword is not None or first.star:
-            return None
-        return first.value, call.with_changes(func=first.value, args=call.args[1:])
-
     def startswith(self, node: cst.CSTNode, prefixes: Collection[str]) -> str | None:
         """The first qualified name of `node` that starts with one of `prefixes`."""
         if isinstance(node, cst.Call):
