@@ -2311,20 +2311,10 @@ class Kinds:
         name = function.name.value
         classdef = self.class_of(function)
         if classdef is None:
-            scope = self.scopes.get(function)
-            found = list(scope.assignments[name]) if scope is not None else []
-            if len(found) != 1 or found[0].node is not function:
-                return None
-            calls = []
-            for access in found[0].references:
-                call = self.parents.get(access.node)
-                if isinstance(call, cst.Call) and call.func is access.node:
-                    calls.append((call, 0))
-                    continue
-                through = self.partial_calls(access.node)
-                if through is None:
-                    return None  # passed as a value: called where perfmod cannot see
-                calls += [(call, self.receiver_offset(call, function)) for call in through]
+            found = self._calls_of_sole_binding(function, name)
+            if found is None:
+                return None  # passed as a value: called where perfmod cannot see
+            calls = [(call, self.receiver_offset(call, function) if through else 0) for call, through in found]
             return calls or None
         if name == "__init__" and not function.decorators:
             return self._constructions(classdef)
@@ -2366,20 +2356,30 @@ class Kinds:
         if isinstance(holder, cst.Call) and holder.func is made:
             return [holder]
         target = holder.targets[0].target if isinstance(holder, cst.Assign) and len(holder.targets) == 1 else None
-        scope = self.scopes.get(target) if isinstance(target, cst.Name) else None
-        found = list(scope.assignments[target.value]) if scope is not None else []
-        if len(found) != 1 or found[0].node is not target:
+        found = self._calls_of_sole_binding(target, target.value, depth + 1) if isinstance(target, cst.Name) else None
+        return [call for call, _ in found] if found is not None else None
+
+    def _calls_of_sole_binding(
+        self, node: cst.CSTNode, name: str, depth: int = 0
+    ) -> list[tuple[cst.Call, bool]] | None:
+        """The calls of what `node` binds to `name`, the only binding of the name in its
+        scope, each with whether it calls it through a `functools.partial` of it
+        (`partial_calls`); None when the name has other bindings or a use of it is neither
+        such a call (handed on as a value)."""
+        scope = self.scopes.get(node)
+        found = list(scope.assignments[name]) if scope is not None else []
+        if len(found) != 1 or found[0].node is not node:
             return None
-        calls: list[cst.Call] = []
+        calls: list[tuple[cst.Call, bool]] = []
         for access in found[0].references:
             call = self.parents.get(access.node)
             if isinstance(call, cst.Call) and call.func is access.node:
-                calls.append(call)
+                calls.append((call, False))
                 continue
-            through = self.partial_calls(access.node, depth + 1)
+            through = self.partial_calls(access.node, depth)
             if through is None:
                 return None
-            calls += through
+            calls += [(call, True) for call in through]
         return calls
 
     def _constructions(self, classdef: cst.ClassDef) -> list[tuple[cst.Call, int]] | None:
