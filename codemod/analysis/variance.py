@@ -570,9 +570,7 @@ class Variance:
         for change in self._changes(region):
             if change.attribute is None or change.attribute in TENSOR_ATTRIBUTES:
                 continue  # `model.fc.weight.grad = None` writes what a parameter holds
-            node = change.changed
-            while isinstance(node, (cst.Attribute, cst.Subscript)) and not node.deep_equals(expr):
-                node = node.value
+            node = _down_to(change.changed, expr)
             if node.deep_equals(expr) or isinstance(node, cst.Name) and self._submodule_of(node, expr):
                 assigned = (
                     f"`{self.context.source(change.changed)}.{change.attribute}`"
@@ -608,13 +606,7 @@ class Variance:
         itself: an attribute or item of it assigned or deleted, a changing method called on
         it or handed it as `out=`, and so on down what it holds (`a.b.c.d = v`,
         `a.b.c[i] = v`, `a.b.c.append(v)` all change `a.b`)?"""
-        for change in self._changes(region):
-            node = change.changed
-            while isinstance(node, (cst.Attribute, cst.Subscript)) and not node.deep_equals(expr):
-                node = node.value
-            if node.deep_equals(expr):
-                return True
-        return False
+        return any(_down_to(change.changed, expr).deep_equals(expr) for change in self._changes(region))
 
     def _changes(self, region: cst.CSTNode) -> list[_Change]:
         """The objects `region` changes through an attribute, item or method of them, in its
@@ -874,3 +866,11 @@ def _assigned_pairs(target: cst.BaseExpression, value: cst.BaseExpression) -> li
             return [pair for t, v in zip(target.elements, value.elements) for pair in _assigned_pairs(t.value, v.value)]
         return [pair for t in target.elements for pair in _assigned_pairs(t.value, value)]
     return []
+
+
+def _down_to(node: cst.BaseExpression, expr: cst.BaseExpression) -> cst.BaseExpression:
+    """Down the chain of attributes and items `node` is (`a.b[i].c`), the link spelled as
+    `expr` (`a.b`), else the chain's base (`a`)."""
+    while isinstance(node, (cst.Attribute, cst.Subscript)) and not node.deep_equals(expr):
+        node = node.value
+    return node
