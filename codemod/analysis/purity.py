@@ -212,22 +212,24 @@ def _owner(function: cst.FunctionDef, context: FileContext) -> str | None:
 
 
 def _assignment_targets(index, within: cst.CSTNode) -> list[cst.BaseExpression]:
-    targets: list[cst.BaseExpression] = []
+    """What the assignments and loops within `within` bind, tuples unpacked (`i, c` of
+    `for i, c in ...` gives `i` and `c`)."""
+    pending: list[cst.BaseExpression] = []
     for statement in index.find((cst.Assign, cst.AugAssign, cst.AnnAssign, cst.NamedExpr), within=within):
         if isinstance(statement, cst.Assign):
-            pending = [t.target for t in statement.targets]
+            pending.extend(t.target for t in statement.targets)
         else:
-            pending = [statement.target]
-        while pending:
-            target = pending.pop()
-            if isinstance(target, (cst.Tuple, cst.List)):
-                pending.extend(e.value for e in target.elements)
-            elif isinstance(target, cst.StarredElement):
-                pending.append(target.value)
-            else:
-                targets.append(target)
-    for loop in index.find((cst.For, cst.CompFor), within=within):
-        targets.append(loop.target)
+            pending.append(statement.target)
+    pending.extend(loop.target for loop in index.find((cst.For, cst.CompFor), within=within))
+    targets: list[cst.BaseExpression] = []
+    while pending:
+        target = pending.pop()
+        if isinstance(target, (cst.Tuple, cst.List)):
+            pending.extend(e.value for e in target.elements)
+        elif isinstance(target, cst.StarredElement):
+            pending.append(target.value)
+        else:
+            targets.append(target)
     return targets
 
 

@@ -1803,10 +1803,12 @@ class Kinds:
                 return found if self.class_of(found) is None else None
         if isinstance(func, cst.Attribute):
             classdef = self.instance_class(func.value)
-            if classdef is not None:
-                return _method(classdef, func.attr.value)
-        classdef = self.instance_class(func) if isinstance(func, cst.Name) else None
-        return _method(classdef, "__call__") if classdef is not None else None  # `tokenizer(texts)` on an instance
+            method = _method(classdef, func.attr.value) if classdef is not None else None
+            if method is not None:
+                return method
+        # `tokenizer(texts)` or `self.tokenizer(texts)` on an instance: its `__call__`
+        classdef = self.instance_class(func) if isinstance(func, (cst.Name, cst.Attribute)) else None
+        return _method(classdef, "__call__") if classdef is not None else None
 
     def method(self, classdef: cst.ClassDef, name: str) -> cst.FunctionDef | None:
         """The method `name` the body of `classdef` defines (the last definition wins)."""

@@ -98,3 +98,44 @@ def test_one_notion_of_a_pure_torch_call(expression, free):
     context = FileContext.of_source(f"import torch\nimport torch.nn as nn\nx = torch.ones(4)\ny = {expression}\n")
     (statement,) = [a for a in context.index.find(cst.Assign) if context.source(a.targets[0].target) == "y"]
     assert context.purity.side_effect_free(statement.value) is free
+
+
+def test_loops_and_comprehensions_that_unpack_into_locals_stay_pure():
+    source = """
+    class HashTokenizer:
+        def __init__(self, vocab):
+            self.vocab = vocab
+
+        def __call__(self, text):
+            return [sum(ord(c) * 31**i for i, c in enumerate(w)) % self.vocab for w in text.split()]
+
+        def pairs(self, text):
+            out = []
+            for i, (a, b) in enumerate(zip(text, text[1:])):
+                out.append(ord(a) + ord(b) + i)
+            return out
+    """
+    assert purity(source) == {"__init__": False, "__call__": True, "pairs": True}
+
+
+def test_a_call_of_an_instance_held_in_an_attribute_calls_its_dunder_call():
+    source = """
+    class HashTokenizer:
+        def __init__(self, vocab):
+            self.vocab = vocab
+
+        def __call__(self, text):
+            return [len(w) % self.vocab for w in text.split()]
+
+    class Trainer:
+        def __init__(self):
+            self.tokenizer = HashTokenizer(64)
+
+        def step(self):
+            return self.tokenizer("a b")
+    """
+    context = FileContext.of_source(textwrap.dedent(source))
+    (call,) = [c for c in context.index.find(cst.Call) if context.source(c.func) == "self.tokenizer"]
+    callee = context.kinds.local_callee(call)
+    assert callee is not None and callee.name.value == "__call__"
+    assert context.purity.pure_call(call)
