@@ -48,7 +48,8 @@ class OnceInInit:
     forward: cst.FunctionDef
     init: cst.FunctionDef
     statement: cst.BaseStatement  # the statement of forward's body that registers the hooks
-    holder: cst.CSTNode  # what keeps the handle: `handles.append(<call>)`, or the call itself (`h = <call>`)
+    # what keeps the handle: `handles.append(<call>)`, `[<call> for m in ms]`, or the call itself (`h = <call>`)
+    holder: cst.CSTNode
     container_line: cst.SimpleStatementLine | None  # `handles = []`
     removing: cst.Try  # the `try` whose `finally` removes the hooks
 
@@ -114,8 +115,13 @@ class Registrations:
         statement = self.index.statement_in(call, forward.body)
         held = self._handle_holder(call, statement)
         removing = self._removing_try(forward, statement, removals)
-        if held is None or removing is None:
+        if removing is None:
             return "its handles are not removed by the `finally` of one `try` around the rest of `forward`"
+        if held is None:
+            return (
+                "its handles are kept other than by `h = ...`, `handles.append(...)` or a list comprehension "
+                "with one `for` and no `if`, the forms perfmod moves into `__init__`"
+            )
         holder, container_line = held
         if not _only_registers_then_runs(forward, statement, removing, container_line):
             # other code before the hooks are registered, or after they are removed, runs without them
@@ -173,8 +179,20 @@ class Registrations:
     ) -> tuple[cst.CSTNode, cst.SimpleStatementLine | None] | None:
         """(the expression that keeps the handle, the `handles = []` line of its list):
         `handles.append(<call>)` (a statement) with `handles = []` alone in the same
-        block, or `h = <call>` as the statement itself; None for any other shape."""
+        block, `handles = [<call> for m in ms]` (one `for`, no `if`) or `h = <call>` as the
+        statement itself; None for any other shape."""
         parents, bindings = self.context.parents, self.context.bindings
+        comprehension = parents.get(call)
+        if (
+            isinstance(comprehension, cst.ListComp)
+            and comprehension.elt is call
+            and comprehension.for_in.inner_for_in is None
+            and not comprehension.for_in.ifs
+            and comprehension.for_in.asynchronous is None
+        ):
+            assign = parents.get(comprehension)
+            single = isinstance(assign, cst.Assign) and len(assign.targets) == 1
+            return (comprehension, None) if single and parents.get(assign) is statement else None
         arg = parents.get(call)
         append = parents.get(arg)
         if isinstance(arg, cst.Arg) and m.matches(

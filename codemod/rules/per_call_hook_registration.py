@@ -276,7 +276,10 @@ def _moved_to_init(once: OnceInInit) -> list:
     """The registration goes to the end of `__init__`; the handles and the `try`/`finally`
     that removed them go."""
     statement, holder, container_line = once.statement, once.holder, once.container_line
-    moved = statement.deep_replace(holder, once.call) if holder is not once.call else statement
+    if isinstance(holder, cst.ListComp):
+        moved = _registering_loop(holder, statement)
+    else:
+        moved = statement.deep_replace(holder, once.call) if holder is not once.call else statement
     if isinstance(moved, cst.SimpleStatementLine) and isinstance(moved.body[0], cst.Assign):
         moved = moved.with_changes(body=[cst.Expr(moved.body[0].value)])  # `h = register(...)`
     lines = [*(container_line.leading_lines if container_line is not None else ()), *statement.leading_lines]
@@ -292,6 +295,16 @@ def _moved_to_init(once: OnceInInit) -> list:
     if container_line is not None:
         edits.append(Remove(container_line, keep_comments=False))
     return edits
+
+
+def _registering_loop(comprehension: cst.ListComp, statement: cst.SimpleStatementLine) -> cst.For:
+    """`handles = [m.register_forward_hook(f) for m in ms]` -> `for m in ms:` registering
+    on each (the handles are no longer kept; a comment after the line goes along)."""
+    for_in = comprehension.for_in
+    registration = cst.SimpleStatementLine(
+        [cst.Expr(comprehension.elt)], trailing_whitespace=statement.trailing_whitespace
+    )
+    return cst.For(target=for_in.target, iter=for_in.iter, body=cst.IndentedBlock([registration]))
 
 
 def _unwrapped(updated: cst.Try) -> cst.FlattenSentinel:

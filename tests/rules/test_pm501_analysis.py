@@ -273,6 +273,12 @@ def in_forward(body: str, params: str = "") -> str:
             "",
             "`print(layer)` may have side effects",
         ),
+        ("handles = [layer.register_forward_hook(print) for layer in self.layers]\n", "", None),
+        (
+            "handles = [layer.register_forward_hook(print) for layer in self.layers if layer.bias is not None]\n",
+            "",
+            "its handles are kept other than by `h = ...`, `handles.append(...)` or a list comprehension",
+        ),
         (
             "x = self.layers[0](x)\nhandles = []\nhandles.append(self.layers[0].register_forward_hook(print))\n",
             "",

@@ -107,3 +107,27 @@ def test_negative_fixtures_are_left_alone_or_reported_without_fix():
     for case in ["seed_lm", "context_manager", "try_finally_loop"]:  # per-call values, or not in forward
         result = process_source((FIXTURES / f"{case}.in.py").read_bytes(), f"{case}.py", settings)
         assert result.findings and not any(f.fixable for f in result.findings) and not result.changed, case
+
+
+def test_handles_collected_by_a_comprehension_are_registered_once_and_train_bit_identically():
+    source = (FIXTURES / "register_once.in.py").read_text()
+    loop = (
+        "        handles = []\n"
+        "        for i, block in enumerate(self.blocks):\n"
+        "            def keep(module, args, output, i=i):\n"
+        "                self.captured[i] = output.detach().norm()\n"
+        "            handles.append(block.register_forward_hook(keep))\n"
+    )
+    comprehension = (
+        "        handles = [\n"
+        "            block.register_forward_hook(lambda m, a, o, i=i: self.captured.update({i: o.detach().norm()}))\n"
+        "            for i, block in enumerate(self.blocks)\n"
+        "        ]\n"
+    )
+    assert loop in source
+    source = source.replace(loop, comprehension)
+    new_source = rewritten(source)
+    assert ".remove()" not in new_source and "for i, block in enumerate(self.blocks):\n" in new_source
+    want, got = run(source, "model"), run(new_source, "model")
+    assert_equal_runs(got, want)
+    assert [len(block._forward_hooks) for block in got[3].blocks] == [1, 1]
