@@ -1093,13 +1093,22 @@ class Corpus:
         return sorted(calls.values(), key=self._index.order)
 
     def tokenizes_step_text(self, call: cst.Call, loop: cst.CSTNode) -> bool:
-        """Does `call` tokenize text the step makes, and none a corpus holds?"""
+        """Does `call` tokenize text the step makes or sets, and none a corpus holds?"""
         args = [arg.value for arg in call.args]
         return (
             self._variance.of_all(args, loop) is not None
             and not any(self._tokenizers.from_corpus(arg, loop) for arg in args)
-            and any(self._tokenizers.made_in_step(arg, loop) for arg in args)
+            and any(self._tokenizers.made_in_step(arg, loop) or self._set_in_step(arg, loop) for arg in args)
         )
+
+    def _set_in_step(self, expr: cst.BaseExpression, loop: cst.CSTNode) -> bool:
+        """Is `expr` an attribute or item the step assigns or changes in place
+        (`setattr(cfg.data, "prompt", p)`, `cfg["data"].update(suffix=s)`): a setting the
+        training changes as it goes, not a text to tokenize once?"""
+        variance = self._variance
+        if isinstance(expr, cst.Attribute):
+            return variance.attribute_assigned(expr, loop) or variance.changed_through(expr, loop)
+        return isinstance(expr, cst.Subscript) and variance.changed_through(expr.value, loop)
 
 
 def _assigned_name(line: cst.CSTNode | None) -> cst.Name | None:

@@ -134,9 +134,9 @@ class Tokenizers:
             return self._name_from_corpus(expr, loop, depth, seen)
         if isinstance(expr, cst.Call):
             return self._call_from_corpus(expr, loop, depth, seen)
-        if isinstance(expr, cst.Subscript) and isinstance(expr.value, cst.Name):
+        if isinstance(expr, cst.Subscript) and isinstance(expr.value, cst.Name) and not _literal_keys(expr):
             if not self._bound_inside(expr.value, loop):
-                return True  # `texts[i]`
+                return True  # `texts[i]` (`cfg["prompt"]` is one setting, not a pick)
         parts = _inner_parts(expr) + _element_parts(expr)
         return any(self._from_corpus(part, loop, depth, seen) for part in parts)
 
@@ -357,6 +357,14 @@ def _formats_text(expr: cst.BaseExpression) -> bool:
         return isinstance(expr.operator, cst.Modulo) and isinstance(expr.left, cst.SimpleString)
     return (
         isinstance(expr, cst.Call) and method_name(expr) == "format" and isinstance(expr.func.value, cst.SimpleString)
+    )
+
+
+def _literal_keys(subscript: cst.Subscript) -> bool:
+    """Is every key of `subscript` a literal (`cfg["data"]`, `rows[0]`)?"""
+    return all(
+        isinstance(element.slice, cst.Index) and isinstance(element.slice.value, (cst.SimpleString, cst.Integer))
+        for element in subscript.slice
     )
 
 

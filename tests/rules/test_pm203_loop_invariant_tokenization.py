@@ -196,3 +196,34 @@ def test_a_function_of_the_trained_parameters_is_not_advised_out_of_the_loop(par
     )
     findings, new = run(code)
     assert findings == [] and new == code
+
+
+@pytest.mark.parametrize(
+    "setting,change,text",
+    [
+        ("cfg = SimpleNamespace(prompt=PROMPT)\n", "setattr(cfg, 'prompt', PROMPT + '!' * step)", "cfg.prompt"),
+        ("cfg = SimpleNamespace(prompt=PROMPT)\n", "cfg.prompt = PROMPT[: 5 + step]", "cfg.prompt"),
+        ("cfg = {'data': {'prompt': PROMPT}}\n", "cfg['data'].update(prompt=PROMPT * step)", "cfg['data']['prompt']"),
+    ],
+)
+def test_a_prompt_the_step_sets_is_the_steps_own_text_and_gets_no_advice(setting, change, text):
+    """A setting the training changes as it goes is not a corpus to tokenize once."""
+    code = (
+        "from types import SimpleNamespace\n"
+        + HEAD
+        + setting
+        + f"for step in range(3):\n    {change}\n    ids = tok({text}, return_tensors='pt')['input_ids']\n"
+        + STEP
+    )
+    findings, new = run(code)
+    assert new == code and not findings, [f.message for f in findings]
+
+
+def test_texts_picked_from_a_list_by_the_step_are_still_a_corpus():
+    code = (
+        HEAD
+        + "texts = ['a b', 'c d']\nfor step in range(3):\n    ids = tok(texts[step % 2], return_tensors='pt')['input_ids']\n"
+        + STEP
+    )
+    findings, new = run(code)
+    assert new == code and len(findings) == 1 and "if the texts come from a fixed corpus" in findings[0].message

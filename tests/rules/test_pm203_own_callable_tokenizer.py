@@ -12,6 +12,7 @@ from codemod.rules.loop_invariant_tokenization import LoopInvariantTokenization
 from tests.rules.scripts import one_thread
 
 SCRIPT = """\
+import torch
 import torch.nn.functional as F
 
 
