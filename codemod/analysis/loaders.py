@@ -361,7 +361,7 @@ class Loaders:
         if any(method_name(call) in methods for call in calls):
             return True
         return any(
-            (callee := self.kinds.local_callee(call)) is not None
+            (callee := self.kinds.local_callee(call) or self.kinds.partial_callee(call)) is not None
             and self._calls_method(callee.body, methods, depth + 1)
             for call in calls
         )
@@ -1085,10 +1085,11 @@ class Loaders:
 
     def _copies_in_callee(self, call: cst.Call, bound: frozenset, region: cst.CSTNode, depth: int) -> list[DeviceCopy]:
         """The copies a function or method of this file makes of the parameters `call`
-        passes (a part of) the batch to: `x = to_device(batch)`, `self.train_step(batch)`."""
+        passes (a part of) the batch to: `x = to_device(batch)`, `self.train_step(batch)`,
+        `step(batch)` of `step = partial(train_step, model)`."""
         if depth >= 3:
             return []
-        callee = self.kinds.local_callee(call)
+        callee = self.kinds.local_callee(call) or self.kinds.partial_callee(call)
         if callee is None:
             return []
         offset = self.kinds.receiver_offset(call, callee)

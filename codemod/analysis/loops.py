@@ -165,6 +165,12 @@ class TrainingLoops:
         self._callees[call] = found
         return found
 
+    def runs(self, call: cst.Call) -> cst.FunctionDef | None:
+        """The function of this file running `call` runs: its `callee`, or the function a
+        `functools.partial` it calls wraps (`step = partial(train_step, model, opt)`); for
+        what running it does, not for what the call passes its parameters."""
+        return self.callee(call) or self.context.kinds.partial_callee(call)
+
     def returned(self, call: cst.Call, index: int | None = None) -> list[cst.BaseExpression] | None:
         """What a call of a function of this file returns: the expressions of its
         `return` statements (element `index` of each, for `a, b = f(...)`); None when
@@ -224,7 +230,7 @@ class TrainingLoops:
         self._functions_reached[node] = ()  # recursion: what is found so far
         found: dict[cst.FunctionDef, None] = {}
         for call in self.own_calls(node):
-            function = self.callee(call)
+            function = self.runs(call)
             if function is None or function in found:
                 continue
             found[function] = None
@@ -324,7 +330,7 @@ class TrainingLoops:
                 events.add(BACKWARD_EVENT)
             elif self.step_of(call) is not None:
                 events.add(STEP_EVENT)
-            function = self.callee(call)
+            function = self.runs(call)
             if function is not None:
                 events |= self.reach(function.body)
         result = frozenset(events)

@@ -1787,6 +1787,14 @@ class Kinds:
         """What `call` passes to `param` (None when it cannot be told or is not passed)."""
         return argument_for(call, function, param, offset)
 
+    def partial_callee(self, call: cst.Call) -> cst.FunctionDef | None:
+        """The function of this file a call of a `functools.partial` runs (`step =
+        partial(train_step, model, opt)`, `step(batch)`), for what running it does; None
+        for any other call. Its parameters take the partial's arguments first, which
+        `callee`'s readers do not map: they are not handed it."""
+        wrapped = self.partial_of(call.func)
+        return self._local_callee(wrapped[0]) if wrapped is not None else None
+
     def _runs(self, call: cst.Call) -> cst.FunctionDef | None:
         """The function of this file `call` runs, also through the `functools.partial` it
         calls (`partial_of`), for what the call gives: its arguments are the partial's and
