@@ -589,7 +589,8 @@ class Loaders:
     def _looked_through(self, call: cst.Call) -> cst.BaseExpression | None:
         """`loader` of `tqdm(loader)` / `iter(loader)` held in a variable, or of a generator of
         this file that yields the batches of its parameter (`def cycle(dl): while True:
-        for batch in dl: yield batch`): the same batches."""
+        for batch in dl: yield batch`, also unpacked and packed again: `for x, y in dl:
+        yield x, y`): the same batches."""
         if (
             call.args
             and call.args[0].keyword is None
@@ -608,9 +609,8 @@ class Loaders:
             loop = self.index.first_enclosing(node, (cst.For, cst.FunctionDef))
             if not (
                 isinstance(loop, cst.For)
-                and isinstance(node.value, cst.Name)
-                and isinstance(loop.target, cst.Name)
-                and node.value.value == loop.target.value
+                and node.value is not None
+                and _repacked(node.value, loop.target)
                 and isinstance(loop.iter, cst.Name)
             ):
                 return None
@@ -2291,3 +2291,18 @@ def _last_name(func: cst.BaseExpression) -> str | None:
     if isinstance(func, cst.Attribute):
         return func.attr.value
     return None
+
+
+def _repacked(value: cst.BaseExpression, target: cst.BaseExpression) -> bool:
+    """Is `value` what the loop target `target` bound, as it was: the same name, or a tuple
+    or list of the same names in the same places (`for x, y in dl: yield x, y`)?"""
+    if isinstance(value, cst.Name) and isinstance(target, cst.Name):
+        return value.value == target.value
+    if isinstance(value, (cst.Tuple, cst.List)) and isinstance(target, (cst.Tuple, cst.List)):
+        return len(value.elements) == len(target.elements) and all(
+            not isinstance(v, cst.StarredElement)
+            and not isinstance(t, cst.StarredElement)
+            and _repacked(v.value, t.value)
+            for v, t in zip(value.elements, target.elements)
+        )
+    return False

@@ -320,3 +320,23 @@ def test_a_step_run_through_a_functools_partial_is_the_step_loop_and_its_rewrite
     monkeypatch.setenv(data.NUM_WORKERS_ENV, "0")
     new = result.new_source.decode()
     torch.testing.assert_close(wild_losses(new), wild_losses(source), rtol=2e-2, atol=0)
+
+
+# blind11 (M8): the loaders come back as a tuple from `get_loaders(cfg)`, and the step takes each
+# batch with `next()` from `def cycle(loader): while True: for xb, yb in loader: yield xb, yb`.
+FACTORY_CYCLE = PARTIAL_STEP.with_name("generator_over_factory_loaders.py")
+
+
+def test_batches_a_generator_unpacks_and_yields_again_are_the_loaders_and_the_rewrite_trains_alike(monkeypatch):
+    source = FACTORY_CYCLE.read_text()
+    result = run_all(source)
+    found = {(f.code, f.line, f.applied) for f in result.findings}
+    assert {("PM201", 28, True), ("PM103", 51, False)} <= found
+    monkeypatch.setenv(data.NUM_WORKERS_ENV, "0")
+    torch.testing.assert_close(wild_losses(result.new_source.decode()), wild_losses(source), rtol=2e-2, atol=0)
+
+
+def test_a_generator_that_yields_its_batches_in_another_order_is_not_the_loader():
+    source = FACTORY_CYCLE.read_text().replace("            yield xb, yb\n", "            yield yb, xb\n")
+    codes = {f.code for f in run_all(source).findings}
+    assert not codes & {"PM201", "PM103"}
