@@ -148,7 +148,8 @@ class TrainingLoops:
         that is the name's only binding, `receiver.method(...)` on an instance of a class
         of this file (`Kinds.instance_class`: `self`, a name or attribute that holds one,
         a parameter every call passes one) that defines the method or inherits it from
-        its bases in this file."""
+        its bases in this file; the closure a function of this file returns (`step =
+        make_step(model)`, `step(x)`: `Kinds.returned_closure`)."""
         if call in self._callees:
             return self._callees[call]
         found = None
@@ -162,6 +163,8 @@ class TrainingLoops:
             else:
                 cls = self.context.kinds.instance_class(func.value)
                 found = local_calls(self.context).method(cls, name) if cls is not None else None
+        if found is None:
+            found = self.context.kinds.returned_closure(func)
         self._callees[call] = found
         return found
 

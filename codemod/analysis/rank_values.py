@@ -29,7 +29,7 @@ import libcst as cst
 from codemod.analysis import distributed as facts
 from codemod.analysis.loaders import ENUMERATE, LOOKS_THROUGH
 from codemod.analysis.loops import own_nodes
-from codemod.analysis.names import integer_value, kwarg, method_name, positional
+from codemod.analysis.names import integer_value, kwarg, method_name, names_read, positional
 from codemod.analysis.step_batches import step_batches
 from codemod.analysis.torch_facts import JOINING_FUNCTIONS
 
@@ -65,7 +65,7 @@ def step_rank_local(context: FileContext, loop, fetches, share: cst.CSTNode | No
     function = facts.function_of(context, statement)
     body = function.body if function is not None else context.module
     model_calls = [c for c in context.index.find(cst.Call, within=statement) if context.training.is_model_call(c)]
-    local = facts.rank_local(context, body, seeds | losses, losses, model_calls)
+    local = facts.rank_local(context, body, seeds | losses, losses, model_calls, _loss_returns(context, loop))
     if function is not None:  # what the training function returns, where it is called
         for call in step_batches(context).calls_of(function):
             line = context.index.statement_of(call)
@@ -74,6 +74,22 @@ def step_rank_local(context: FileContext, loop, fetches, share: cst.CSTNode | No
                 local.names |= bound
                 local.loss_names |= bound
     return local
+
+
+def _loss_returns(context: FileContext, loop) -> list[cst.Call]:
+    """The calls in the loop of a function of the file that runs its backward and returns
+    (what it computes from) its loss (`return loss.detach()`): what they give is the loss."""
+    found = []
+    for call in own_nodes(context.index, cst.Call, loop.loop.body):
+        function = context.loops.runs(call)
+        losses = (
+            {b.loss.value for b in loop.backwards if isinstance(b.loss, cst.Name) and context.inside(b.loss, function)}
+            if function is not None
+            else set()
+        )
+        if losses and any(n.value in losses for r in context.kinds.returned(function) for n in names_read(r)):
+            found.append(call)
+    return found
 
 
 def divergence(context: FileContext, loop, local: facts.RankLocal) -> facts.NotDistributable | None:

@@ -340,3 +340,18 @@ def test_a_generator_that_yields_its_batches_in_another_order_is_not_the_loader(
     source = FACTORY_CYCLE.read_text().replace("            yield xb, yb\n", "            yield yb, xb\n")
     codes = {f.code for f in run_all(source).findings}
     assert not codes & {"PM201", "PM103"}
+
+
+# blind11 (M7): the step is a closure `make_step(model, opt, device)` returns, which collects
+# garbage every step; the batches are cut by hand, too small for a DataLoader to pay.
+CLOSURE_STEP = PARTIAL_STEP.with_name("closure_step_hook_per_forward.py")
+
+
+def test_a_step_closure_a_function_returns_is_the_step_and_its_rewrite_trains_alike():
+    source = CLOSURE_STEP.read_text()
+    result = run_all(source)
+    found = {(f.code, f.line, f.applied) for f in result.findings}
+    assert {("PM403", 55, True), ("PM202", 72, False), ("PM301", 50, True)} <= found
+    new = result.new_source.decode()
+    assert "gc.collect()" not in new
+    torch.testing.assert_close(wild_losses(new), wild_losses(source), rtol=2e-2, atol=0)

@@ -485,3 +485,19 @@ def test_features_joined_to_each_row_of_the_batch_are_no_reason():
         "        for x, y in loader:\n            x = torch.cat([x[:, :4], torch.ones(len(x), 4)], dim=1)\n",
     )
     assert "DistributedDataParallel(model)" in rewritten(source)
+
+
+def test_the_losses_a_step_function_returns_are_logged_as_their_mean_over_the_ranks():
+    source = SCRIPT.replace(
+        "def main():\n",
+        "def train_step(model, opt, x, y):\n"
+        "    loss = torch.nn.functional.mse_loss(model(x), y)\n"
+        "    opt.zero_grad()\n    loss.backward()\n    opt.step()\n    return loss.detach()\n\n\n"
+        "def main():\n",
+    ).replace(
+        "            loss = torch.nn.functional.mse_loss(model(x.to(device)), y.to(device))\n"
+        "            opt.zero_grad()\n            loss.backward()\n            opt.step()\n",
+        "            loss = train_step(model, opt, x.to(device), y.to(device))\n",
+    )
+    assert "train_step(model, opt" in source
+    assert 'f"epoch {epoch} loss {distributed.all_reduce_mean(loss).item():.4f}"' in rewritten(source)
