@@ -521,18 +521,24 @@ def rank_local(
     seeds: set[str],
     loss_seeds: set[str],
     sources: Iterable[cst.Call] = (),
+    loss_sources: Iterable[cst.Call] = (),
 ) -> RankLocal:
     """Names bound in `function_body` from `seeds` (a batch, the loss) or from calls to
-    `sources` (the model), followed through assignments to a fixed point."""
-    source_ids = {id(call) for call in sources}
+    `sources` (the model) or `loss_sources` (a step function that returns its loss),
+    followed through assignments to a fixed point."""
+    loss_ids = {id(call) for call in loss_sources}
+    source_ids = {id(call) for call in sources} | loss_ids
     bindings = []
     for call in context.index.find(cst.Call, within=function_body):  # `losses.append(loss.detach())`
         func = call.func
         if isinstance(func, cst.Attribute) and func.attr.value in GROWS and isinstance(func.value, cst.Name):
             read = {n.value for a in call.args for n in names_read(a.value)}
-            calls = any(id(c) in source_ids for c in context.index.find(cst.Call, within=call))
+            inner = context.index.find(cst.Call, within=call)
+            calls = any(id(c) in source_ids for c in inner)
             bound = {func.value.value}
-            bindings.append((bound, read, calls, bound, _loss_reads(context, call)))
+            bindings.append(
+                (bound, read, calls, bound, _loss_reads(context, call), any(id(c) in loss_ids for c in inner))
+            )
     for statement in context.index.find((cst.Assign, cst.AugAssign, cst.AnnAssign, cst.For), within=function_body):
         if isinstance(statement, cst.For):
             targets, value = [statement.target], statement.iter
@@ -550,17 +556,18 @@ def rank_local(
         if isinstance(statement, cst.AugAssign):
             read |= bound
             loss_read |= bound
-        calls = any(id(c) in source_ids for c in context.index.find(cst.Call, within=value))
-        bindings.append((bound, read, calls, loss_bound, loss_read))
+        inner = context.index.find(cst.Call, within=value)
+        calls = any(id(c) in source_ids for c in inner)
+        bindings.append((bound, read, calls, loss_bound, loss_read, any(id(c) in loss_ids for c in inner)))
     local, loss = set(seeds), set(loss_seeds)
     changed = True
     while changed:
         changed = False
-        for bound, read, calls, loss_bound, loss_read in bindings:
+        for bound, read, calls, loss_bound, loss_read, loss_call in bindings:
             if (read & local or calls) and not bound <= local:
                 local |= bound
                 changed = True
-            if loss_read & loss and not loss_bound <= loss:
+            if (loss_read & loss or loss_call) and not loss_bound <= loss:
                 loss |= loss_bound
                 changed = True
     return RankLocal(local, loss)

@@ -361,7 +361,7 @@ class Loaders:
         if any(method_name(call) in methods for call in calls):
             return True
         return any(
-            (callee := self.kinds.local_callee(call)) is not None
+            (callee := self.kinds.local_callee(call) or self.kinds.partial_callee(call)) is not None
             and self._calls_method(callee.body, methods, depth + 1)
             for call in calls
         )
@@ -589,7 +589,8 @@ class Loaders:
     def _looked_through(self, call: cst.Call) -> cst.BaseExpression | None:
         """`loader` of `tqdm(loader)` / `iter(loader)` held in a variable, or of a generator of
         this file that yields the batches of its parameter (`def cycle(dl): while True:
-        for batch in dl: yield batch`): the same batches."""
+        for batch in dl: yield batch`, also unpacked and packed again: `for x, y in dl:
+        yield x, y`): the same batches."""
         if (
             call.args
             and call.args[0].keyword is None
@@ -608,9 +609,8 @@ class Loaders:
             loop = self.index.first_enclosing(node, (cst.For, cst.FunctionDef))
             if not (
                 isinstance(loop, cst.For)
-                and isinstance(node.value, cst.Name)
-                and isinstance(loop.target, cst.Name)
-                and node.value.value == loop.target.value
+                and node.value is not None
+                and _repacked(node.value, loop.target)
                 and isinstance(loop.iter, cst.Name)
             ):
                 return None
@@ -1085,10 +1085,11 @@ class Loaders:
 
     def _copies_in_callee(self, call: cst.Call, bound: frozenset, region: cst.CSTNode, depth: int) -> list[DeviceCopy]:
         """The copies a function or method of this file makes of the parameters `call`
-        passes (a part of) the batch to: `x = to_device(batch)`, `self.train_step(batch)`."""
+        passes (a part of) the batch to: `x = to_device(batch)`, `self.train_step(batch)`,
+        `step(batch)` of `step = partial(train_step, model)`."""
         if depth >= 3:
             return []
-        callee = self.kinds.local_callee(call)
+        callee = self.kinds.local_callee(call) or self.kinds.partial_callee(call)
         if callee is None:
             return []
         offset = self.kinds.receiver_offset(call, callee)
@@ -2290,3 +2291,18 @@ def _last_name(func: cst.BaseExpression) -> str | None:
     if isinstance(func, cst.Attribute):
         return func.attr.value
     return None
+
+
+def _repacked(value: cst.BaseExpression, target: cst.BaseExpression) -> bool:
+    """Is `value` what the loop target `target` bound, as it was: the same name, or a tuple
+    or list of the same names in the same places (`for x, y in dl: yield x, y`)?"""
+    if isinstance(value, cst.Name) and isinstance(target, cst.Name):
+        return value.value == target.value
+    if isinstance(value, (cst.Tuple, cst.List)) and isinstance(target, (cst.Tuple, cst.List)):
+        return len(value.elements) == len(target.elements) and all(
+            not isinstance(v, cst.StarredElement)
+            and not isinstance(t, cst.StarredElement)
+            and _repacked(v.value, t.value)
+            for v, t in zip(value.elements, target.elements)
+        )
+    return False

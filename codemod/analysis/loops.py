@@ -148,7 +148,8 @@ class TrainingLoops:
         that is the name's only binding, `receiver.method(...)` on an instance of a class
         of this file (`Kinds.instance_class`: `self`, a name or attribute that holds one,
         a parameter every call passes one) that defines the method or inherits it from
-        its bases in this file."""
+        its bases in this file; the closure a function of this file returns (`step =
+        make_step(model)`, `step(x)`: `Kinds.returned_closure`)."""
         if call in self._callees:
             return self._callees[call]
         found = None
@@ -162,8 +163,16 @@ class TrainingLoops:
             else:
                 cls = self.context.kinds.instance_class(func.value)
                 found = local_calls(self.context).method(cls, name) if cls is not None else None
+        if found is None:
+            found = self.context.kinds.returned_closure(func)
         self._callees[call] = found
         return found
+
+    def runs(self, call: cst.Call) -> cst.FunctionDef | None:
+        """The function of this file running `call` runs: its `callee`, or the function a
+        `functools.partial` it calls wraps (`step = partial(train_step, model, opt)`); for
+        what running it does, not for what the call passes its parameters."""
+        return self.callee(call) or self.context.kinds.partial_callee(call)
 
     def returned(self, call: cst.Call, index: int | None = None) -> list[cst.BaseExpression] | None:
         """What a call of a function of this file returns: the expressions of its
@@ -224,7 +233,7 @@ class TrainingLoops:
         self._functions_reached[node] = ()  # recursion: what is found so far
         found: dict[cst.FunctionDef, None] = {}
         for call in self.own_calls(node):
-            function = self.callee(call)
+            function = self.runs(call)
             if function is None or function in found:
                 continue
             found[function] = None
@@ -324,7 +333,7 @@ class TrainingLoops:
                 events.add(BACKWARD_EVENT)
             elif self.step_of(call) is not None:
                 events.add(STEP_EVENT)
-            function = self.callee(call)
+            function = self.runs(call)
             if function is not None:
                 events |= self.reach(function.body)
         result = frozenset(events)

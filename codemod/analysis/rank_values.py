@@ -10,6 +10,10 @@ single-process script: the values of its own share of the batch and of the loss 
   and decides whether the loop goes on or a step runs (`while` test, an `if` around a
   `break`, `continue`, `return`, `backward()` or `step()`), as the `NotDistributable`
   reason that the ranks would fall out of step on it;
+- `unshared_rows(context, loop, local)`: a join along the rows in the loop (`torch.cat([xb,
+  hard])`) of a value of each rank's share of the batch with rows that are not (fixed hard
+  negatives, a draw of its own), as the `NotDistributable` reason that every rank would add
+  all of those: the global batch would hold them once per rank;
 - `averaged_values(context, call, local, loop)`: in a `print` of the training function (or
   of its caller), under tests every rank takes alike, the loss values its message shows
   (`loss.item()`: the tensor before the host read; a number computed from the loss), each
@@ -25,8 +29,9 @@ import libcst as cst
 from codemod.analysis import distributed as facts
 from codemod.analysis.loaders import ENUMERATE, LOOKS_THROUGH
 from codemod.analysis.loops import own_nodes
-from codemod.analysis.names import method_name, positional
+from codemod.analysis.names import integer_value, kwarg, method_name, names_read, positional
 from codemod.analysis.step_batches import step_batches
+from codemod.analysis.torch_facts import JOINING_FUNCTIONS
 
 if TYPE_CHECKING:
     from codemod.context import FileContext
@@ -60,7 +65,7 @@ def step_rank_local(context: FileContext, loop, fetches, share: cst.CSTNode | No
     function = facts.function_of(context, statement)
     body = function.body if function is not None else context.module
     model_calls = [c for c in context.index.find(cst.Call, within=statement) if context.training.is_model_call(c)]
-    local = facts.rank_local(context, body, seeds | losses, losses, model_calls)
+    local = facts.rank_local(context, body, seeds | losses, losses, model_calls, _loss_returns(context, loop))
     if function is not None:  # what the training function returns, where it is called
         for call in step_batches(context).calls_of(function):
             line = context.index.statement_of(call)
@@ -69,6 +74,22 @@ def step_rank_local(context: FileContext, loop, fetches, share: cst.CSTNode | No
                 local.names |= bound
                 local.loss_names |= bound
     return local
+
+
+def _loss_returns(context: FileContext, loop) -> list[cst.Call]:
+    """The calls in the loop of a function of the file that runs its backward and returns
+    (what it computes from) its loss (`return loss.detach()`): what they give is the loss."""
+    found = []
+    for call in own_nodes(context.index, cst.Call, loop.loop.body):
+        function = context.loops.runs(call)
+        losses = (
+            {b.loss.value for b in loop.backwards if isinstance(b.loss, cst.Name) and context.inside(b.loss, function)}
+            if function is not None
+            else set()
+        )
+        if losses and any(n.value in losses for r in context.kinds.returned(function) for n in names_read(r)):
+            found.append(call)
+    return found
 
 
 def divergence(context: FileContext, loop, local: facts.RankLocal) -> facts.NotDistributable | None:
@@ -101,6 +122,33 @@ def _diverging_test(context: FileContext, loop, local: facts.RankLocal) -> cst.B
         steps = [c for c in own_nodes(index, cst.Call, node) if method_name(c) in ("backward", "step")]
         if exits or steps:
             return node.test
+    return None
+
+
+def unshared_rows(context: FileContext, loop, local: facts.RankLocal) -> facts.NotDistributable | None:
+    """The first join along the rows in the loop of rows of each rank's share of the batch
+    with rows that are not, with why splitting the share alone would change the batches."""
+    for call in own_nodes(context.index, cst.Call, loop.loop.body):
+        parts = positional(call, 0) or kwarg(call, "tensors")
+        if not (
+            context.names.of(call.func) & JOINING_FUNCTIONS and parts and isinstance(parts.value, (cst.List, cst.Tuple))
+        ):
+            continue
+        along = kwarg(call, "dim") or positional(call, 1)
+        if along is not None and integer_value(along.value) not in (0, None):
+            continue  # along the features: each row stays one row of the batch
+        values = [element.value for element in parts.value.elements]
+        if not any(local.reads(value) for value in values):
+            continue
+        other = next((value for value in values if not local.reads(value)), None)
+        if other is not None:
+            return facts.NotDistributable(
+                other,
+                f"`{context.source(call).strip()}` adds `{context.source(other).strip()}`, which is not part of each "
+                "rank's share of the batch, to the rows of that share: every rank would add all of it, so the "
+                "batches of all the ranks together would hold it once per rank and weigh it more in the averaged "
+                "gradient; split it over the ranks by hand",
+            )
     return None
 
 

@@ -204,7 +204,7 @@ class SampleLoops:
         for call in own_nodes(self.context.index, cst.Call, node):
             if method_name(call) in ("step", "zero_grad"):
                 return True
-            function = calls.callee(call)
+            function = calls.callee(call) or self.context.kinds.partial_callee(call)
             if (
                 function is not None
                 and depth < MAX_DEPTH

@@ -43,6 +43,7 @@ from codemod.analysis.names import dict_entry, integer_value, kwarg, method_name
 from codemod.analysis.periodic import periodic
 from codemod.analysis.project import project_of
 from codemod.analysis.torch_facts import (
+    BINARY_FUNCTIONS,
     CAST_METHOD_DTYPES,
     DTYPE_BYTES,
     HOST_NUMBER_MODULES,
@@ -60,6 +61,8 @@ from codemod.analysis.torch_facts import (
     NN_LAYER_ARGUMENTS,
     NN_STATELESS,
     OPTIMIZER_STATES,
+    REARRANGING_FUNCTIONS,
+    REARRANGING_METHODS,
     REDUCTION_FUNCTIONS,
     REDUCTION_METHODS,
     RNN_GATES,
@@ -433,7 +436,8 @@ class Sizes:
         `torch.randint(0, 9, (n,))`, `torch.zeros_like(x)`), or computed from such tensors by
         slicing and indexing (`x[:, :3]`, `x[0]`), elementwise ops and arithmetic (broadcast),
         reductions over the dims given (`x.sum(1, keepdim=True)`), casts (`x.long()`), reshapes
-        (`view`, `reshape`, `unsqueeze`, `flatten`, `t`, `permute`) and `torch.cat`/`torch.stack`;
+        (`view`, `reshape`, `unsqueeze`, `flatten`, `t`, `permute`), rearrangements (`torch.roll`,
+        `flip`) and `torch.cat`/`torch.stack`; any other call is unknown;
         a name where every binding that reaches it gives the same (`if cuda: X = X.pin_memory()`).
         Every dim is an upper bound (a slice of unknown bounds keeps its dim)."""
         found = self._tensor(expr, depth)
@@ -644,8 +648,11 @@ class Sizes:
         if names & REDUCTION_FUNCTIONS and plain:
             receiver = self._tensor(plain[0], depth + 1)
             return self._tensor_reduced(receiver, call, 1, depth) if receiver is not None else None
+        if names & REARRANGING_FUNCTIONS:
+            return self._tensor(plain[0], depth + 1) if plain else None
         if names & SHAPE_KEEPING_FUNCTIONS:
-            return self._tensor_broadcast(plain, depth) if plain else None
+            enough = len(plain) >= (2 if names & BINARY_FUNCTIONS else 1)
+            return self._tensor_broadcast(plain, depth) if enough else None
         method = method_name(call)
         if method is None:
             return None
@@ -663,6 +670,8 @@ class Sizes:
             return self._tensor_moved(receiver, call)
         if method in SHAPE_KEEPING_METHODS:
             return self._tensor_broadcast([call.func.value, *plain], depth) if plain else receiver
+        if method in REARRANGING_METHODS:
+            return receiver
         return self._tensor_reshaped(receiver, method, call, depth)
 
     def _tensor_moved(self, receiver, call: cst.Call):

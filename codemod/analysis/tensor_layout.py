@@ -68,8 +68,8 @@ Shape = "tuple[str | None, ...] | None"
 MAX_DEPTH = 10
 
 # Calls whose result has the shape of their (first) tensor argument or receiver.
-SAME_SHAPE_METHODS = methods(Category.UNARY, Category.BINARY, Category.CAST, Category.ALONG_DIM)
-SAME_SHAPE_FUNCTIONS = functions(Category.UNARY, Category.ALONG_DIM)
+SAME_SHAPE_METHODS = methods(Category.UNARY, Category.BINARY, Category.CAST, Category.ALONG_DIM, Category.REARRANGE)
+SAME_SHAPE_FUNCTIONS = functions(Category.UNARY, Category.ALONG_DIM, Category.REARRANGE)
 # Calls whose result has the shape the sizes they are given say.
 SIZED_FACTORIES = SHAPED_FACTORIES | FILLED_FACTORIES
 # Modules whose output has the rank of their input: the same shape, or the last dim's size their own.

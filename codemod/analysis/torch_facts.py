@@ -405,6 +405,11 @@ LAST_DIM_MODULES = functions(last_dims=True, module=True)
 # drop (or, with `keepdim`, keep as 1) the dims they are given, casts keep the shape.
 SHAPE_KEEPING_FUNCTIONS = functions(Category.UNARY, Category.BINARY, Category.ALONG_DIM, in_place=False)
 SHAPE_KEEPING_METHODS = methods(Category.UNARY, Category.BINARY, Category.ALONG_DIM, Category.CAST, in_place=False)
+# Elementwise over two or more broadcast operands: `torch.where(condition)` alone is another op.
+BINARY_FUNCTIONS = functions(Category.BINARY)
+# The shape of their tensor, whatever else they are given (shifts, dims): `roll`, `flip`.
+REARRANGING_FUNCTIONS = functions(Category.REARRANGE)
+REARRANGING_METHODS = methods(Category.REARRANGE)
 REDUCTION_FUNCTIONS = functions(Category.REDUCTION)
 REDUCTION_METHODS = methods(Category.REDUCTION)
 NORM_METHODS = methods(Category.NORM)  # `x.norm(p, dim)`: reduced as a reduction, its dim second

@@ -47,6 +47,8 @@ class Category(enum.Enum):
     BINARY = "binary elementwise"  # elementwise over broadcast operands
     CAST = "cast"  # the same values in another dtype, device, memory layout or graph
     ALONG_DIM = "along a dim"  # shape kept; an output element reads a slice along one dim
+    # Shape and dtype kept, every element moved to another position, in new memory (`roll`, `flip`).
+    REARRANGE = "rearrange"
     REDUCTION = "reduction"  # fewer dims: `dim=` (its first argument after the tensor) and `keepdim=` say which
     NORM = "norm"  # a reduction whose first argument after the tensor is the order `p`, then `dim`
     VIEW = "view"  # the same elements in another shape or order
@@ -351,7 +353,8 @@ def _ops(category: Category, names: str, *, prefixes: Iterable[str] = ("torch.",
 # Unary elementwise math, as torch functions and as tensor methods.
 _UNARY = (
     "exp log log1p expm1 sigmoid tanh relu sqrt rsqrt sin cos square reciprocal sign "
-    "clamp clamp_min clamp_max erf nan_to_num"
+    "clamp clamp_min clamp_max erf nan_to_num floor ceil round trunc frac log2 log10 exp2 "
+    "sinh cosh tan asin acos atan erfc erfinv logit"
 )
 _ACTIVATIONS = "silu gelu relu elu leaky_relu softplus sigmoid tanh logsigmoid mish hardswish relu6 selu celu"
 # Casts return their receiver when there is nothing to do (`x.float()` of a float tensor).
@@ -445,7 +448,8 @@ ENTRIES: list[Op] = [
     *_ops(Category.UNARY, "exp_ sigmoid_ tanh_ relu_ clamp_", prefixes=(METHOD,)),
     *_ops(Category.UNARY, "zero_ fill_", prefixes=(METHOD,), fills=True),
     *_ops(Category.BINARY, "pow mul add sub div float_power lerp masked_fill", prefixes=(METHOD,)),
-    *_ops(Category.BINARY, "pow where"),
+    *_ops(Category.BINARY, "pow where add sub mul div"),
+    *_ops(Category.BINARY, "maximum minimum fmod remainder atan2", prefixes=("torch.", METHOD)),
     *_ops(Category.BINARY, "eq ne lt le gt ge", prefixes=("torch.", METHOD), dtype="bool"),
     *_ops(Category.BINARY, "mul_ add_ div_ sub_ masked_fill_", prefixes=(METHOD,)),
     *_ops(Category.CAST, _CASTS, prefixes=(METHOD,), shares=True),
@@ -483,6 +487,8 @@ ENTRIES: list[Op] = [
     *_ops(Category.COMPARISON, "equal allclose", prefixes=("torch.", METHOD), syncs=True),
     *_ops(Category.ALONG_DIM, "softmax log_softmax cumsum cumprod", prefixes=("torch.", METHOD)),
     *_ops(Category.ALONG_DIM, "tril triu", prefixes=("torch.", METHOD), last_dims=True),
+    *_ops(Category.ALONG_DIM, "argsort", prefixes=("torch.", METHOD), dtype="int64"),
+    *_ops(Category.REARRANGE, "roll flip fliplr flipud", prefixes=("torch.", METHOD), dtype=KEPT),
     *_ops(Category.ALONG_DIM, "softmax log_softmax normalize", prefixes=(f"{FUNCTIONAL}.",)),
     *_ops(Category.ALONG_DIM, "layer_norm", prefixes=(f"{FUNCTIONAL}.",), last_dims=True),
     *_ops(Category.ALONG_DIM, "softmax", prefixes=("torch.special.",)),

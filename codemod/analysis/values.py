@@ -1787,6 +1787,31 @@ class Kinds:
         """What `call` passes to `param` (None when it cannot be told or is not passed)."""
         return argument_for(call, function, param, offset)
 
+    def partial_callee(self, call: cst.Call) -> cst.FunctionDef | None:
+        """The function of this file a call of a `functools.partial` runs (`step =
+        partial(train_step, model, opt)`, `step(batch)`), for what running it does; None
+        for any other call. Its parameters take the partial's arguments first, which
+        `callee`'s readers do not map: they are not handed it."""
+        wrapped = self.partial_of(call.func)
+        return self._local_callee(wrapped[0]) if wrapped is not None else None
+
+    def returned_closure(self, func: cst.BaseExpression) -> cst.FunctionDef | None:
+        """The function nested in a function of this file that `func` holds, where `func` is a
+        name bound once, to a call of that function, every `return` of which gives the nested
+        function (`def make_step(model): def step(x): ...; return step`, `step =
+        make_step(model)`): a call of `func` runs it, its arguments its parameters."""
+        values = self._context.bindings.values(func) if isinstance(func, cst.Name) else None
+        if not values or len(values) != 1 or not isinstance(values[0], cst.Call):
+            return None
+        maker = self._local_callee(values[0].func)
+        returns = self.exits(maker)[0] if maker is not None else []
+        found = {
+            sole_definition(self.scopes, r.value, cst.FunctionDef) if isinstance(r.value, cst.Name) else None
+            for r in returns
+        }
+        closure = found.pop() if len(found) == 1 else None
+        return closure if closure is not None and self.parents.get(self.parents.get(closure)) is maker else None
+
     def _runs(self, call: cst.Call) -> cst.FunctionDef | None:
         """The function of this file `call` runs, also through the `functools.partial` it
         calls (`partial_of`), for what the call gives: its arguments are the partial's and

@@ -10,6 +10,7 @@ import textwrap
 import libcst as cst
 import pytest
 
+from codemod.analysis.sample_loops import sample_loops
 from codemod.analysis.values import Fact, Kind, Memory, PassedMemory, Place
 from codemod.context import FileContext
 from tests.analysis.test_kinds import HEAD, facts_of_probes
@@ -168,3 +169,36 @@ def test_callers_passing_functions_over_pinned_and_unpinned_loaders_name_each_ca
 def test_a_parameter_passed_back_to_its_own_function_is_not_followed_around_again(code):
     *_, fact = facts_of_probes(LOADERS + code)  # (the last probe: `consume` holds one too)
     assert fact == Fact(Kind.UNKNOWN)  # what the recursive call passes is what is being asked
+
+
+PARTIAL_STEP_LOOP = """\
+import functools
+import torch
+
+
+def train_step(model, opt, batch):
+    loss = model(batch).sum()
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+
+
+model = torch.nn.Linear(4, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+step = functools.partial(train_step, model, opt)
+for epoch in range(2):
+    for batch in [torch.randn(8, 4)]:
+        step(batch)
+"""
+
+
+def test_a_loop_that_steps_through_a_partial_of_its_step_function_is_the_step_loop():
+    context = FileContext.of_source(PARTIAL_STEP_LOOP)
+    call = next(c for c in context.index.find(cst.Call) if context.source(c) == "step(batch)")
+    train_step = next(f for f in context.index.find(cst.FunctionDef) if f.name.value == "train_step")
+    (loop,) = context.loops.step_loops
+    assert context.source(loop.iter) == "[torch.randn(8, 4)]"
+    assert context.loops.runs(call) is train_step and context.loops.functions_reached(loop.body) == (train_step,)
+    # what maps a call's own arguments onto the callee's parameters is not handed a partial's call
+    assert context.loops.callee(call) is None and context.kinds.local_callee(call) is None
+    assert context.loaders.trains(loop) and sample_loops(context).steps_optimizer(loop.body)

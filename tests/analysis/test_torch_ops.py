@@ -93,6 +93,10 @@ EXTRA = {
     "index_select": (1, torch.tensor([0, 2])),
     "copy": (torch.zeros(2, 3),),
     "dropout": (0.5, True),  # p, training mode
+    "roll": (1, 0),  # shifts, dims
+    "flip": ((0,),),
+    **dict.fromkeys(("maximum", "minimum", "atan2"), (torch.ones(2, 3),)),
+    **dict.fromkeys(("fmod", "remainder"), (2,)),
 }
 
 
@@ -236,6 +240,17 @@ def test_same_shape_categories_keep_the_shape(name):
     if name in ("Tensor.cuda", "Tensor.pin_memory") and not torch.cuda.is_available():
         pytest.skip("no CUDA device")
     assert _call(name, torch.rand(2, 3)).shape == (2, 3)
+
+
+@pytest.mark.parametrize(
+    "name", sorted(functions(Category.REARRANGE) | {METHOD + n for n in methods(Category.REARRANGE)})
+)
+def test_rearrangements_move_every_element_into_new_memory_of_the_same_shape_and_dtype(name):
+    tensor = torch.arange(6.0).view(2, 3)
+    result = _call(name, tensor)
+    assert result.shape == tensor.shape and result.dtype == tensor.dtype and OPS[name].result_dtype == KEPT
+    assert torch.equal(result.flatten().sort().values, tensor.flatten()) and not torch.equal(result, tensor)
+    assert result.untyped_storage().data_ptr() != tensor.untyped_storage().data_ptr()
 
 
 @pytest.mark.parametrize("name", sorted(METHOD + n for n in methods(shares=True)))

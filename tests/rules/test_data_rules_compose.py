@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import io
 import re
+from pathlib import Path
 
 import pytest
 import torch
@@ -302,3 +303,55 @@ def test_manual_batches_copied_into_new_names_are_prefetched_in_the_same_run(mon
     before, after = wild_losses(PERMUTED_SLICES), wild_losses(new)
     assert after.shape == before.shape == (2 * 4,) and torch.isfinite(after).all()
     assert abs(after[-1] - before[-1]) / before[-1] < 0.05  # measured: 0.25%, after falling 25%
+
+
+# blind11 (M4): the step runs through `step_fn = functools.partial(train_step, model, opt, device)`,
+# and the evaluation through another partial: the loop is the training loop, as with a plain call.
+PARTIAL_STEP = Path(__file__).resolve().parents[2] / "fixtures" / "wild" / "blind11" / "partial_step_pinned_loader.py"
+
+
+def test_a_step_run_through_a_functools_partial_is_the_step_loop_and_its_rewrite_trains_alike(monkeypatch):
+    source = PARTIAL_STEP.read_text()
+    result = run_all(source)
+    found = {(f.code, f.line, f.applied) for f in result.findings}
+    assert {("PM201", 51, True), ("PM103", 32, False), ("PM301", 34, True), ("PM302", 59, True)} <= found
+    assert {("PM101", 44, True), ("PM102", 52, True)} <= found  # the evaluation's copies, through `evaluate`
+    assert not {f.code for f in result.findings} & {"PM502"}  # the loop over batches is no loop over samples
+    monkeypatch.setenv(data.NUM_WORKERS_ENV, "0")
+    new = result.new_source.decode()
+    torch.testing.assert_close(wild_losses(new), wild_losses(source), rtol=2e-2, atol=0)
+
+
+# blind11 (M8): the loaders come back as a tuple from `get_loaders(cfg)`, and the step takes each
+# batch with `next()` from `def cycle(loader): while True: for xb, yb in loader: yield xb, yb`.
+FACTORY_CYCLE = PARTIAL_STEP.with_name("generator_over_factory_loaders.py")
+
+
+def test_batches_a_generator_unpacks_and_yields_again_are_the_loaders_and_the_rewrite_trains_alike(monkeypatch):
+    source = FACTORY_CYCLE.read_text()
+    result = run_all(source)
+    found = {(f.code, f.line, f.applied) for f in result.findings}
+    assert {("PM201", 28, True), ("PM103", 51, False)} <= found
+    monkeypatch.setenv(data.NUM_WORKERS_ENV, "0")
+    torch.testing.assert_close(wild_losses(result.new_source.decode()), wild_losses(source), rtol=2e-2, atol=0)
+
+
+def test_a_generator_that_yields_its_batches_in_another_order_is_not_the_loader():
+    source = FACTORY_CYCLE.read_text().replace("            yield xb, yb\n", "            yield yb, xb\n")
+    codes = {f.code for f in run_all(source).findings}
+    assert not codes & {"PM201", "PM103"}
+
+
+# blind11 (M7): the step is a closure `make_step(model, opt, device)` returns, which collects
+# garbage every step; the batches are cut by hand, too small for a DataLoader to pay.
+CLOSURE_STEP = PARTIAL_STEP.with_name("closure_step_hook_per_forward.py")
+
+
+def test_a_step_closure_a_function_returns_is_the_step_and_its_rewrite_trains_alike():
+    source = CLOSURE_STEP.read_text()
+    result = run_all(source)
+    found = {(f.code, f.line, f.applied) for f in result.findings}
+    assert {("PM403", 55, True), ("PM202", 72, False), ("PM301", 50, True)} <= found
+    new = result.new_source.decode()
+    assert "gc.collect()" not in new
+    torch.testing.assert_close(wild_losses(new), wild_losses(source), rtol=2e-2, atol=0)

@@ -3,6 +3,7 @@ windows `X[step * B:(step + 1) * B]` over `range(STEPS)`, random batches drawn w
 sample count spelled another way. The rewrites run against the originals on the CPU."""
 
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -283,3 +284,22 @@ def test_small_slices_of_tensors_pinned_on_a_condition_are_reported_not_rewritte
     assert [(f.line, f.fixable) for f in found] == [(loop_line, False)]
     assert "a batch holds about 295 KB" in found[0].message
     assert "DataLoader" not in new
+
+
+BLIND_PINNED_SLICES = (
+    Path(__file__).resolve().parents[2] / "fixtures" / "wild" / "blind11" / "neg_pinned_slices_manual_batching.py"
+)
+
+
+@pytest.mark.parametrize(
+    "target",
+    ["torch.roll(feats, -1, dims=0)[:, :8]", "feats.roll(-1, 0)[:, :8]", "torch.flip(feats, (0,))[:, :8]"],
+)
+def test_small_slices_of_targets_shifted_by_torch_roll_are_reported_not_rewritten(target):
+    """blind11's must-not: the targets are the features shifted by `torch.roll`, which torch's
+    table now shapes, so the batch is known to be small (1024 rows of 64 + 8 floats)."""
+    source = BLIND_PINNED_SLICES.read_text().replace("torch.roll(feats, -1, dims=0)[:, :8]", target)
+    found, new = run(source)
+    assert [(f.line, f.fixable) for f in found] == [(22, False)]
+    assert "a batch holds about 295 KB" in found[0].message
+    assert new == source

@@ -449,3 +449,55 @@ def test_a_call_of_an_nn_module_method_in_the_loop_is_no_forward_through_another
     step = "            opt.step()\n"
     source = SCRIPT.replace(step, step + "            summary = model.extra_repr()\n")
     assert "DistributedDataParallel(model)" in rewritten(source)
+
+
+# A two-tower recommender's step (the blind program neg_pinned_gather_batches):
+# the 256 rows of a permutation slice joined with 64 hard negatives the same every step.
+HARD_NEGATIVES = Path(__file__).resolve().parents[2] / "fixtures" / "wild" / "blind11" / "neg_pinned_gather_batches.py"
+
+
+def test_rows_joined_to_the_share_of_each_batch_are_the_reason():
+    """Splitting only the sampled rows would give every rank all 64 hard negatives: at two
+    ranks they would weigh twice what the sampled rows do in the averaged gradient."""
+    assert reason(HARD_NEGATIVES.read_text()).startswith(
+        "`torch.cat([pairs[idx], hard])` adds `hard`, which is not part of each rank's share of the batch"
+    )
+
+
+@pytest.mark.parametrize(
+    "join",
+    [
+        "x = torch.cat([x, extra])",
+        "x = torch.cat((x, torch.zeros(4, 8)), dim=0)",
+        "y = torch.cat([y, torch.zeros(4, 1)], 0)",
+    ],
+)
+def test_rows_joined_to_a_loaders_batch_are_the_reason(join):
+    source = SCRIPT.replace("    model = ", "    extra = torch.randn(4, 8)\n    model = ").replace(
+        "        for x, y in loader:\n", f"        for x, y in loader:\n            {join}\n"
+    )
+    assert "which is not part of each rank's share of the batch" in reason(source)
+
+
+def test_features_joined_to_each_row_of_the_batch_are_no_reason():
+    source = SCRIPT.replace(
+        "        for x, y in loader:\n",
+        "        for x, y in loader:\n            x = torch.cat([x[:, :4], torch.ones(len(x), 4)], dim=1)\n",
+    )
+    assert "DistributedDataParallel(model)" in rewritten(source)
+
+
+def test_the_losses_a_step_function_returns_are_logged_as_their_mean_over_the_ranks():
+    source = SCRIPT.replace(
+        "def main():\n",
+        "def train_step(model, opt, x, y):\n"
+        "    loss = torch.nn.functional.mse_loss(model(x), y)\n"
+        "    opt.zero_grad()\n    loss.backward()\n    opt.step()\n    return loss.detach()\n\n\n"
+        "def main():\n",
+    ).replace(
+        "            loss = torch.nn.functional.mse_loss(model(x.to(device)), y.to(device))\n"
+        "            opt.zero_grad()\n            loss.backward()\n            opt.step()\n",
+        "            loss = train_step(model, opt, x.to(device), y.to(device))\n",
+    )
+    assert "train_step(model, opt" in source
+    assert 'f"epoch {epoch} loss {distributed.all_reduce_mean(loss).item():.4f}"' in rewritten(source)

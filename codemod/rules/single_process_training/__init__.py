@@ -104,9 +104,11 @@ class SingleProcessTraining(Rule):
     gradients; a summed evaluation loss is fine), embeddings with
     `sparse=True` (sparse gradients), epochs run in a comprehension,
     batches that come from somewhere the rule cannot follow, a training
-    forward through a method other than `model(...)`, and steps skipped or loops
+    forward through a method other than `model(...)`, steps skipped or loops
     left on values each rank computes from its own data (the ranks would fall
-    out of step and wait forever).
+    out of step and wait forever), and rows joined to each batch that are not
+    part of it (`torch.cat([x, hard_negatives])`: every rank would add all of
+    them, so together the ranks would train on them once per rank).
 
     ## Why is this bad?
     One process drives one GPU. DDP runs one process per GPU, each on its share

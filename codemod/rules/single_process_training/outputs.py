@@ -17,11 +17,14 @@ class RankZeroOutputs(Producer):
 
     def control_flow(self) -> None:
         """A rank that skips a step or leaves the loop on its own data leaves the others
-        waiting in the next all-reduce."""
+        waiting in the next all-reduce; rows every rank joins to its share of a batch would
+        be in the global batch once per rank."""
         plan = self.plan
         fetches = plan.loader.fetches if plan.loader is not None else ()
         plan.local = rank_values.step_rank_local(self.context, plan.loop, fetches, plan.share)
-        blocked = rank_values.divergence(self.context, plan.loop, plan.local)
+        blocked = rank_values.divergence(self.context, plan.loop, plan.local) or rank_values.unshared_rows(
+            self.context, plan.loop, plan.local
+        )
         if blocked is not None:
             raise blocked
 
