@@ -44,6 +44,8 @@ from codemod.analysis.periodic import periodic
 from codemod.analysis.project import project_of
 from codemod.analysis.torch_facts import (
     CAST_METHOD_DTYPES,
+    CROP_TRANSFORMS,
+    DATA_FACTORIES,
     DTYPE_BYTES,
     HOST_NUMBER_MODULES,
     HOST_ONLY_MODULES,
@@ -60,6 +62,7 @@ from codemod.analysis.torch_facts import (
     NN_LAYER_ARGUMENTS,
     NN_STATELESS,
     OPTIMIZER_STATES,
+    PADDING_TRANSFORMS,
     REDUCTION_FUNCTIONS,
     REDUCTION_METHODS,
     RNN_GATES,
@@ -378,19 +381,41 @@ class Sizes:
             if self.names.is_(expr.func, "int", "builtins.int", RUNTIME_LOCAL_BATCH) and len(expr.args) == 1:
                 return self.integer(expr.args[0].value, depth + 1)  # a process's share: at most the whole
             if self.names.is_(expr.func, "len", "builtins.len") and len(expr.args) == 1:
-                return self._literal_length(expr.args[0].value, depth + 1)
+                length = self._literal_length(expr.args[0].value, depth + 1)
+                return length if length is not None else self._dim_size(expr.args[0].value, 0, depth)
+            if method_name(expr) == "size" and len(expr.args) == 1 and expr.args[0].keyword is None:
+                return self._dim_size(expr.func.value, expr.args[0].value, depth)  # `x.size(0)`
             return None
         if isinstance(expr, (cst.Name, cst.Attribute, cst.Subscript)):
             setting = self.loaders.setting(expr, 0)
             if setting is not None:
                 return integer_value(setting)
             if isinstance(expr, cst.Subscript):
-                return None
+                return self._indexed_size(expr, depth)
             values = self.values(expr, depth + 1)
             if not values or any(v is expr for v in values):
                 return None
             found = [self.integer(v, depth + 1) for v in values]
             return None if any(f is None for f in found) else max(found)
+        return None
+
+    def _dim_size(self, tensor: cst.BaseExpression, dim: cst.BaseExpression | int, depth: int) -> int | None:
+        """The size of a dim of a tensor of known shape: `x.size(0)`, `x.shape[-1]`, `len(x)`."""
+        at = dim if isinstance(dim, int) else integer_value(dim)
+        found = self.tensor(tensor, depth + 1)
+        if at is None or found is None or not -len(found[0]) <= at < len(found[0]):
+            return None
+        return found[0][at]
+
+    def _indexed_size(self, expr: cst.Subscript, depth: int) -> int | None:
+        """`x.shape[1]`, `x.size()[1]`: a dim of a tensor of known shape."""
+        if len(expr.slice) != 1 or not isinstance(expr.slice[0].slice, cst.Index):
+            return None
+        sizes = expr.value
+        if isinstance(sizes, cst.Attribute) and sizes.attr.value == "shape":
+            return self._dim_size(sizes.value, expr.slice[0].slice.value, depth)
+        if isinstance(sizes, cst.Call) and method_name(sizes) == "size" and not sizes.args:
+            return self._dim_size(sizes.func.value, expr.slice[0].slice.value, depth)
         return None
 
     def _literal_length(self, expr: cst.BaseExpression, depth: int) -> int | None:
@@ -547,11 +572,31 @@ class Sizes:
         elif names & LIKE_FACTORIES and plain:
             like = self._tensor(plain[0], depth + 1)
             shape, default = like if like is not None else (None, 0)
+        elif names & DATA_FACTORIES and plain:
+            data = self._literal_data(plain[0], depth + 1)
+            shape, default = data if data is not None else (None, 0)
         else:
             return None
         if shape is None:
             return None
         return self._tensor_dtype(call, shape, default)
+
+    def _literal_data(self, data: cst.BaseExpression, depth: int) -> Tensor | None:
+        """(shape, bytes of an element) of the tensor `torch.tensor(data)` makes of numbers
+        written out, nested in lists or tuples of one length per level (`[[-1.2, 3.1], [0.5,
+        2.0]]`), or of a name every binding of which is such a literal that nothing grows or
+        changes: float32 where one is a float, else int64, bool for `True`/`False` only."""
+        if isinstance(data, cst.Name) and data.value not in ("True", "False"):
+            if self.kinds.is_mutated_in_place(data) or self._grown(data):
+                return None
+            values = self.values(data, depth + 1)
+            found = {self._literal_data(value, depth + 1) for value in values or ()}
+            return found.pop() if values and len(found) == 1 and None not in found else None
+        kinds: set[type] = set()
+        shape = _nesting(data, kinds)
+        if shape is None or not kinds:
+            return None
+        return shape, FLOAT32_BYTES if float in kinds else INDEX_BYTES if int in kinds else 1
 
     def _tensor_dtype(self, call: cst.Call, shape: tuple[int, ...], default: int):
         dtype = kwarg(call, "dtype")
@@ -1060,11 +1105,31 @@ class Sizes:
             return image, True
         if names & SHAPE_KEEPING_TRANSFORMS:
             return image, tensor
-        if names & {"torchvision.transforms.CenterCrop", "torchvision.transforms.RandomCrop"}:
+        if names & CROP_TRANSFORMS:
             size = positional(call, 0) or kwarg(call, "size")
             side = self.integer(size.value, depth + 1) if size is not None else None
             return ((image[0], side, side), tensor) if side is not None else None
+        if names & PADDING_TRANSFORMS:
+            padding = positional(call, 0) or kwarg(call, "padding")
+            sides = self._padding(padding.value, depth) if padding is not None else None
+            if sides is None:
+                return None
+            left, top, right, bottom = sides
+            return (image[0], image[1] + top + bottom, image[2] + left + right), tensor
         return None
+
+    def _padding(self, padding: cst.BaseExpression, depth: int) -> tuple[int, int, int, int] | None:
+        """(left, top, right, bottom) of a `Pad` transform's `padding`: one for every side,
+        (left and right, top and bottom), or the four."""
+        given = [padding] if not isinstance(padding, (cst.Tuple, cst.List)) else [e.value for e in padding.elements]
+        sides = [self.integer(side, depth + 1) for side in given]
+        if None in sides or len(sides) not in (1, 2, 4):
+            return None
+        if len(sides) == 1:
+            return sides[0], sides[0], sides[0], sides[0]
+        if len(sides) == 2:
+            return sides[0], sides[1], sides[0], sides[1]
+        return tuple(sides)
 
     # -- the step loop ---------------------------------------------------------------------
 
@@ -1702,6 +1767,26 @@ def _offset(expr: cst.BaseExpression) -> tuple[cst.BaseExpression | None, int]:
         if right is not None:
             return expr.left, right
     return (expr, 0) if integer_value(expr) is None else (None, 0)
+
+
+def _nesting(data: cst.BaseExpression, kinds: set[type]) -> tuple[int, ...] | None:
+    """The shape of numbers written out in nested lists or tuples, one length per level,
+    adding the kind of each number (int, float, bool) to `kinds`; None for anything else."""
+    if isinstance(data, cst.UnaryOperation) and isinstance(data.operator, (cst.Minus, cst.Plus)):
+        data = data.expression
+    if isinstance(data, cst.Name) and data.value in ("True", "False"):
+        kinds.add(bool)
+        return ()
+    number = number_value(data) if isinstance(data, (cst.Integer, cst.Float)) else None
+    if number is not None:
+        kinds.add(type(number))
+        return ()
+    if not isinstance(data, (cst.List, cst.Tuple)) or any(isinstance(e, cst.StarredElement) for e in data.elements):
+        return None
+    inner = {_nesting(element.value, kinds) for element in data.elements}
+    if len(inner) > 1 or None in inner:
+        return None
+    return (len(data.elements), *(inner.pop() if inner else ()))
 
 
 def _widest(tensors: list[Tensor]) -> Tensor | None:

@@ -373,6 +373,8 @@ SHAPED_FACTORIES = functions(shape=Shape.NEW)
 # Factories of a float tensor of one dim whose length is their `steps` (`linspace(start, end, steps)`).
 STEPS_FACTORIES = functions(shape=Shape.STEPS)
 INTEGER_FACTORIES = functions(shape=Shape.BOUNDED)  # `randint(low, high, size)`: int64 by default
+# Factories of a tensor holding the (nested) lists of numbers they are given.
+DATA_FACTORIES = functions(shape=Shape.DATA)
 # Factories of a tensor of another's shape and dtype (`dtype=` may name another).
 LIKE_FACTORIES = functions(shape=Shape.LIKE)
 # Factories whose first argument is the shape and whose second is the value of every element.
@@ -803,6 +805,11 @@ SHAPE_KEEPING_TRANSFORMS = frozenset(
         "RandomPerspective GaussianBlur RandomInvert RandomAutocontrast RandomEqualize RandomGrayscale"
     ).split()
 )
+# torchvision transforms that cut an image to the `size` they are given (a side, or height and width).
+CROP_TRANSFORMS = frozenset({"torchvision.transforms.CenterCrop", "torchvision.transforms.RandomCrop"})
+# torchvision transforms that add `padding` pixels around an image: one for every side, (left and
+# right, top and bottom), or (left, top, right, bottom).
+PADDING_TRANSFORMS = frozenset({"torchvision.transforms.Pad"})
 
 # -- training libraries (Accelerate, Lightning, Hugging Face) ------------------------------
 
