@@ -1,0 +1,248 @@
+"""Sizes the code shows in more forms (codemod/analysis/sizes.py), and the fixes they hold
+back where the rules' own thresholds say the fix gains nothing: data written out in
+`torch.tensor([[...]])`, a dim read from a tensor of known shape (`x.view(x.size(0), -1)`),
+and images padded by torchvision's `Pad` before a crop. Each held-back fix is a report that
+gives the sizes; a size that cannot be told keeps the fix."""
+
+from __future__ import annotations
+
+import pytest
+
+from codemod.analysis.sizes import sizes_of
+from codemod.config import Settings
+from codemod.context import FileContext
+from codemod.engine import process_source
+from codemod.rule import Level
+
+
+def context(code: str) -> FileContext:
+    return FileContext.of_source(code)
+
+
+def last_value(ctx: FileContext):
+    return ctx.module.body[-1].body[0].value
+
+
+def findings(code: str, *codes: str):
+    result = process_source(code.encode(), "<sizes>", Settings(select=codes, level=Level.UNSAFE))
+    assert result.error is None, result.error
+    return result
+
+
+# -- torch.tensor of numbers written out ------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "data,shape,element",
+    [
+        ("[[-1.2, 3.1], [-0.9, 2.9], [2.3, -1.1]]", (3, 2), 4),  # float32, torch's default
+        ("[0, 0, 1]", (3,), 8),  # int64
+        ("[[1, 2.5], [3, 4]]", (2, 2), 4),  # one float makes them all float
+        ("((True,), (False,))", (2, 1), 1),  # bool
+        ("7", (), 8),
+        ("[[1, 2], [3, 4]], dtype=torch.float16", (2, 2), 2),
+    ],
+)
+def test_a_tensor_of_numbers_written_out_has_their_nesting_as_its_shape(data, shape, element):
+    ctx = context(f"import torch\nY = torch.tensor({data})\n")
+    assert sizes_of(ctx).tensor(last_value(ctx)) == (shape, element)
+
+
+def test_a_name_bound_to_numbers_written_out_is_sized_through_its_binding():
+    ctx = context("import torch\nrows = [[0.5, 1.0], [2.0, 3.0]]\nY = torch.as_tensor(rows)\n")
+    assert sizes_of(ctx).tensor(last_value(ctx)) == ((2, 2), 4)
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        "Y = torch.tensor([[1.0, 2.0], [3.0]])",  # ragged: torch raises
+        "Y = torch.tensor([])",  # no number: no dtype to tell
+        "Y = torch.tensor([x for x in range(3)])",
+        "rows = [[1.0, 2.0]]\nrows.append([3.0, 4.0])\nY = torch.tensor(rows)",  # grown
+        "rows = [[1.0, 2.0]]\nrows[0] = [3.0, 4.0, 5.0]\nY = torch.tensor(rows)",  # changed in place
+        "Y = torch.tensor(load())",
+    ],
+)
+def test_data_that_is_not_written_out_or_may_change_is_unsized(code):
+    ctx = context(f"import torch\n{code}\n")
+    assert sizes_of(ctx).tensor(last_value(ctx)) is None
+
+
+# appendix A of rasbt/LLMs-from-scratch, cut down: a toy dataset written out in the script, a
+# Dataset class of the file indexing it, and an evaluation of every batch read with `.item()`.
+TOY = """\
+import torch
+import torch.nn.functional as F
+from torch.utils.data import DataLoader, Dataset
+
+
+class ToyDataset(Dataset):
+    def __init__(self, X, y):
+        self.features = X
+        self.labels = y
+
+    def __getitem__(self, index):
+        return self.features[index], self.labels[index]
+
+    def __len__(self):
+        return self.labels.shape[0]
+
+
+X_train = torch.tensor([[-1.2, 3.1], [-0.9, 2.9], [-0.5, 2.6], [2.3, -1.1], [2.7, -1.5]])
+y_train = torch.tensor([0, 0, 0, 1, 1])
+loader = DataLoader(ToyDataset(X_train, y_train), batch_size=2, shuffle=True)
+device = torch.device("cuda")
+model = torch.nn.Sequential(torch.nn.Linear(2, 30), torch.nn.ReLU(), torch.nn.Linear(30, 2)).to(device)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
+for epoch in range(3):
+    for features, labels in loader:
+        features = features.to(device)
+        labels = labels.to(device)
+        loss = F.cross_entropy(model(features), labels)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        print(f"epoch {epoch} loss {loss.item():.2f}")
+"""
+
+
+def test_the_batches_of_a_dataset_written_out_in_the_script_are_sized():
+    ctx = context(TOY)
+    (feed,) = ctx.loaders.feeds
+    (loader,) = ctx.loaders.sources(feed.loader, (), 0)
+    assert sizes_of(ctx).loader_batch_bytes(loader) == 2 * (2 * 4 + 8)  # two rows of 2 floats, two labels
+
+
+def test_pinning_and_prefetching_batches_of_a_toy_dataset_written_out_are_reported_with_their_size():
+    result = findings(TOY, "PM102", "PM103")
+    assert sorted((f.code, f.fixable) for f in result.findings) == [("PM102", False), ("PM103", False)]
+    assert all("a batch holds about 32 bytes" in f.message for f in result.findings)
+    assert result.new_source == TOY.encode()
+
+
+def test_the_same_loop_over_data_read_from_a_file_is_still_fixed():
+    code = TOY.replace(
+        "X_train = torch.tensor([[-1.2, 3.1], [-0.9, 2.9], [-0.5, 2.6], [2.3, -1.1], [2.7, -1.5]])",
+        'X_train = torch.tensor(json.load(open("features.json")))',
+    ).replace("import torch\n", "import json\n\nimport torch\n", 1)
+    result = findings(code, "PM102", "PM103")
+    assert [(f.code, f.fixable) for f in result.findings if f.code == "PM102"] == [("PM102", True)]
+
+
+# -- a dim read from a tensor of known shape ----------------------------------------------------
+
+SHAPED = "import torch\nX = torch.randn(100, 1, 28, 28)\n"
+
+
+@pytest.mark.parametrize(
+    "expr,value",
+    [("X.size(0)", 100), ("X.shape[-1]", 28), ("X.size()[1]", 1), ("len(X)", 100), ("X.size(0) * 2", 200)],
+)
+def test_a_dim_of_a_tensor_of_known_shape_is_a_known_integer(expr, value):
+    ctx = context(SHAPED + f"Y = {expr}\n")
+    assert sizes_of(ctx).integer(last_value(ctx)) == value
+
+
+@pytest.mark.parametrize("expr", ["X.size(d)", "X.shape[4]", "Z.size(0)", "X.size(dim=0)"])
+def test_a_dim_that_cannot_be_told_is_unknown(expr):
+    ctx = context(SHAPED + f"Y = {expr}\n")
+    assert sizes_of(ctx).integer(last_value(ctx)) is None
+
+
+def test_a_batch_flattened_by_its_own_first_dim_keeps_its_shape():
+    ctx = context(SHAPED + "Y = X.view(X.size(0), -1)\n")
+    assert sizes_of(ctx).tensor(last_value(ctx)) == ((100, 784), 4)
+
+
+# A small MLP whose step flattens the batch it draws with `x.view(x.size(0), -1)`.
+FLATTENED = """\
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+device = torch.device("cuda")
+model = nn.Sequential(nn.Linear(256, 256), nn.ReLU(), nn.Linear(256, 10)).to(device)
+optimizer = torch.optim.Adam(model.parameters(), lr=0.001)
+for step in range(1000):
+    x = torch.randn(64, 16, 16, device=device)
+    y = torch.randint(0, 10, (64,), device=device)
+    loss = F.cross_entropy(model(x.view(SIZE, -1)), y)
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+"""
+
+
+def test_tf32_for_a_launch_bound_step_flattening_its_batch_by_its_own_size_is_reported():
+    (finding,) = findings(FLATTENED.replace("SIZE", "x.size(0)"), "PM302").findings
+    assert not finding.fixable
+    assert "each runs over the 64 rows of the step's batch" in finding.message
+
+
+def test_tf32_for_the_same_step_flattening_by_an_unknown_size_is_still_fixed():
+    code = FLATTENED.replace("SIZE", "n").replace("for step", "n = int(input())\nfor step")
+    (finding,) = findings(code, "PM302").findings
+    assert finding.fixable
+
+
+# -- images padded before a crop ------------------------------------------------------------------
+
+CIFAR = """\
+import torch
+import torch.nn as nn
+import torchvision
+import torchvision.transforms as transforms
+
+device = torch.device("cuda")
+transform = transforms.Compose([transforms.Pad(PADDING), transforms.RandomHorizontalFlip(), LAST transforms.ToTensor()])
+train_dataset = torchvision.datasets.CIFAR10(root="data", train=True, transform=transform, download=True)
+train_loader = torch.utils.data.DataLoader(dataset=train_dataset, batch_size=100, shuffle=True, pin_memory=True)
+"""
+
+
+@pytest.mark.parametrize(
+    "padding,last,image",
+    [
+        ("4", "transforms.RandomCrop(32),", (3, 32, 32)),
+        ("4", "", (3, 40, 40)),
+        ("(1, 2)", "", (3, 36, 34)),  # (left and right, top and bottom)
+        ("[1, 2, 3, 4]", "", (3, 38, 36)),  # (left, top, right, bottom)
+    ],
+)
+def test_a_padded_image_is_sized_after_its_padding_and_crop(padding, last, image):
+    ctx = context(CIFAR.replace("PADDING", padding).replace("LAST", last))
+    dataset = ctx.module.body[-2].body[0].value
+    assert sizes_of(ctx).item_tensors(dataset) == (((0,), (image, 4)), ((1,), ((), 8)))
+
+
+def test_padding_that_cannot_be_told_leaves_the_image_unsized():
+    ctx = context(
+        CIFAR.replace("PADDING", "pad").replace("LAST", "").replace("device =", "pad = int(input())\ndevice =")
+    )
+    assert sizes_of(ctx).item_tensors(ctx.module.body[-2].body[0].value) is None
+
+
+# yunjey/pytorch-tutorial's deep residual network, cut down: CIFAR-10 padded and cropped back to
+# 32 x 32, batches of 100 (1.2 MB) copied in the step.
+PADDED_STEP = (
+    CIFAR.replace("PADDING", "4").replace("LAST", "transforms.RandomCrop(32),")
+    + """model = nn.Sequential(nn.Conv2d(3, 16, 3), nn.ReLU(), nn.Flatten(), nn.Linear(16 * 30 * 30, 10)).to(device)
+criterion = nn.CrossEntropyLoss()
+optimizer = torch.optim.Adam(model.parameters(), lr=0.001)
+for epoch in range(5):
+    for images, labels in train_loader:
+        images = images.to(device)
+        labels = labels.to(device)
+        loss = criterion(model(images), labels)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+"""
+)
+
+
+def test_prefetching_padded_and_cropped_cifar_batches_is_reported_with_their_size():
+    (finding,) = findings(PADDED_STEP, "PM103").findings
+    assert not finding.fixable
+    assert "a batch holds about 1.2 MB" in finding.message
