@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 import libcst as cst
 
-from codemod.analysis.bindings import passed_by, returned_values
+from codemod.analysis.bindings import argument_for, passed_by, returned_values
 from codemod.analysis.loaders import COLLATE_FN_POSITION
 from codemod.analysis.names import dict_entry, integer_value, kwarg, method_name, number_value, positional
 from codemod.analysis.periodic import periodic
@@ -59,6 +59,7 @@ from codemod.analysis.torch_facts import (
     MODULE_CONTAINERS,
     MODULE_METHODS,
     MODULE_METHODS_RETURNING_SELF,
+    MUTATING_METHODS,
     NN_LAYER_ARGUMENTS,
     NN_STATELESS,
     OPTIMIZER_STATES,
@@ -253,7 +254,9 @@ class Sizes:
         self._modules: dict[tuple[int, ...], ModuleSize | None] = {}
         # The constructions of the file's own classes being sized, innermost last: in a class's
         # `__init__`, a parameter holds what this construction passes it (`SensorNet(d=32)`).
-        self._frames: list[tuple[cst.FunctionDef, cst.Call | None]] = []  # None: a construction in another module
+        # None: the module's own constructions; `Told`: what a construction in another module passes.
+        self._frames: list[tuple[cst.FunctionDef, cst.Call | Told | None]] = []
+        self._told: list[Told] = []  # the constructions of other modules sized here, kept for the ids `_built` keys on
         self._indices: list[cst.Param] = []  # the index parameter of a `__getitem__` being sized
         self._syncs: dict[int, cst.Call | None] = {}
         self._steps: dict[int, ModuleSize | None] = {}
@@ -386,18 +389,73 @@ class Sizes:
             if method_name(expr) == "size" and len(expr.args) == 1 and expr.args[0].keyword is None:
                 return self._dim_size(expr.func.value, expr.args[0].value, depth)  # `x.size(0)`
             return None
+        if isinstance(expr, cst.Subscript) and self._framed(expr.value):
+            return self._keyed_integer(expr, depth)  # `cfg["emb_dim"]` of what this construction passes
         if isinstance(expr, (cst.Name, cst.Attribute, cst.Subscript)):
-            setting = self.loaders.setting(expr, 0)
+            setting = None if self._framed(expr) else self.loaders.setting(expr, 0)
             if setting is not None:
                 return integer_value(setting)
             if isinstance(expr, cst.Subscript):
-                return self._indexed_size(expr, depth)
+                return self._keyed_integer(expr, depth) or self._indexed_size(expr, depth)
             values = self.values(expr, depth + 1)
             if not values or any(v is expr for v in values):
                 return None
             found = [self.integer(v, depth + 1) for v in values]
             return None if any(f is None for f in found) else max(found)
         return None
+
+    def _framed(self, expr: cst.BaseExpression) -> bool:
+        """Is `expr` a parameter of a construction being sized, whose value is what that
+        construction passes, not what the file's own calls do?"""
+        bound = self.context.bindings.param_of(expr) if isinstance(expr, cst.Name) else None
+        return bound is not None and any(function is bound[0] for function, _ in self._frames)
+
+    def _keyed_integer(self, expr: cst.Subscript, depth: int) -> int | None:
+        """`cfg["emb_dim"]` where every dict `cfg` may hold is a literal with that key (the
+        largest of its entries), and nothing changes the dict in place."""
+        key = _string_key(expr)
+        if key is None or self._changed_in_place(expr.value):
+            return None
+        owners = self.values(expr.value, depth + 1)
+        if not owners or not all(isinstance(owner, cst.Dict) for owner in owners):
+            return None
+        found = [self.integer(dict_entry(owner, key), depth + 1) for owner in owners]
+        return None if None in found else max(found)
+
+    def _changed_in_place(self, expr: cst.BaseExpression) -> bool:
+        """May the dict or list a name holds be changed in place (`cfg.update(...)`, `cfg[k] = v`)?"""
+        return (
+            not isinstance(expr, cst.Name)
+            or self.kinds.is_mutated_in_place(expr)
+            or self._grown(expr, MUTATING_METHODS)
+        )
+
+    def told(self, value: cst.BaseExpression, depth: int = 0) -> cst.BaseExpression | None:
+        """What `value`, an argument of a construction, holds, written as a literal that reads
+        the same in any module: an integer it is at most, a float, string, `True`/`False`/`None`
+        literal, or a dict of string keys whose entries are such (the entries that are not are
+        left out, so reading them stays unknown); None for anything else."""
+        if depth > MAX_DEPTH:
+            return None
+        literal = self.loaders.setting(value, 0)  # `p=dropout` with `dropout = 0.1`
+        if isinstance(literal, (cst.Float, cst.SimpleString)) or (
+            isinstance(literal, cst.Name) and literal.value in ("True", "False", "None")
+        ):
+            return literal.deep_clone()
+        number = self.integer(value, depth + 1)
+        if number is not None:
+            return cst.Integer(str(number)) if number >= 0 else None
+        held = self._dict_literal(value)
+        if held is None or (isinstance(value, cst.Name) and self._changed_in_place(value)):
+            return None
+        entries = []
+        for element in held.elements:
+            if not isinstance(element, cst.DictElement) or not isinstance(element.key, cst.SimpleString):
+                return None  # `**other` may hold any key
+            entry = self.told(element.value, depth + 1)
+            if entry is not None:
+                entries.append(cst.DictElement(element.key.deep_clone(), entry))
+        return cst.Dict(entries)
 
     def _dim_size(self, tensor: cst.BaseExpression, dim: cst.BaseExpression | int, depth: int) -> int | None:
         """The size of a dim of a tensor of known shape: `x.size(0)`, `x.shape[-1]`, `len(x)`."""
@@ -432,14 +490,15 @@ class Sizes:
             return None
         return max(len(v.elements) for v in values)
 
-    def _grown(self, name: cst.Name) -> bool:
-        """Is a method that changes a list's length called on the variable behind `name`?"""
+    def _grown(self, name: cst.Name, methods: frozenset[str] = LIST_RESIZERS) -> bool:
+        """Is a method that changes a list's length (or one of `methods`) called on the
+        variable behind `name`?"""
         scope = self.context.scopes.get(name)
         if scope is None:
             return True
         for access in scope.accesses[name.value]:
             attribute = self.context.parents.get(access.node)
-            if isinstance(attribute, cst.Attribute) and attribute.attr.value in LIST_RESIZERS:
+            if isinstance(attribute, cst.Attribute) and attribute.attr.value in methods:
                 return True
         return False
 
@@ -970,10 +1029,10 @@ class Sizes:
             return self._class_items(classdef, call, depth)
         found = project_of(self.context).class_of(call.func)
         if found is not None:
-            # Read in its own module, where what `call` passes is not seen: items that depend
-            # on the construction's arguments stay unsized.
+            # Read in its own module, its `__init__`'s parameters holding what `call` passes.
             context, classdef = found
-            return sizes_of(context)._class_items(classdef, None, depth)
+            elsewhere = sizes_of(context)
+            return elsewhere._class_items(classdef, elsewhere.told_by(classdef, call, self, depth), depth)
         names = self.names.of(call.func)
         if names & TENSOR_ROW_DATASETS:
             if any(a.keyword is not None or a.star for a in call.args) or not call.args:
@@ -995,7 +1054,22 @@ class Sizes:
             return None
         return [(((0,), (shape[0], FLOAT32_BYTES)), ((1,), ((), INDEX_BYTES)))]
 
-    def _class_items(self, classdef: cst.ClassDef, call: cst.Call | None, depth: int) -> list[Item] | None:
+    def told_by(self, classdef: cst.ClassDef, call: cst.Call, caller: Sizes, depth: int) -> Told | None:
+        """What `call`, a construction in the module `caller` reads, passes the parameters of
+        `classdef`'s `__init__` (a class of this module), each told as a literal; None where
+        its arguments cannot be matched to them (`*args`, `**kwargs`)."""
+        init = _method(classdef, "__init__")
+        if init is None or any(arg.star for arg in call.args):
+            return None
+        told = Told({})
+        for param in init.params.params[1:]:
+            argument = argument_for(call, init, param, 1)
+            if argument is not None:
+                told.values[param.name.value] = caller.told(argument, depth + 1)
+        self._told.append(told)
+        return told
+
+    def _class_items(self, classdef: cst.ClassDef, call: cst.Call | Told | None, depth: int) -> list[Item] | None:
         """A map-style Dataset class of this file built by `call`: the items its
         `__getitem__(self, i)` returns (a tensor, or a tuple, list or dict of them as the
         default collation stacks them), its `__init__`'s parameters holding what `call`
@@ -1302,7 +1376,9 @@ class Sizes:
         if found is None:
             return None
         module, classdef = found  # a class of the project's own modules, sized where it is defined
-        return sizes_of(module)._class(classdef, depth)
+        elsewhere = sizes_of(module)
+        told = elsewhere.told_by(classdef, call, self, depth)
+        return elsewhere._class(classdef, depth) if told is None else elsewhere._constructed(classdef, told, depth)
 
     def _container(self, call: cst.Call, depth: int) -> ModuleSize | None:
         total = EMPTY
@@ -1356,7 +1432,7 @@ class Sizes:
             return None
         return sized(_LayerArguments(self, layer, given, depth))
 
-    def _constructed(self, classdef: cst.ClassDef, call: cst.Call, depth: int) -> ModuleSize | None:
+    def _constructed(self, classdef: cst.ClassDef, call: cst.Call | Told, depth: int) -> ModuleSize | None:
         """A class of this file built by `call`: its `__init__`'s parameters hold what `call`
         passes them (or their defaults) while its attributes are sized."""
         init = _method(classdef, "__init__")
@@ -1432,6 +1508,9 @@ class Sizes:
         on to a factory or subclassed)."""
         bound = self.context.bindings.param_of(name)
         frame = next((call for function, call in reversed(self._frames) if bound and function is bound[0]), None)
+        if isinstance(frame, Told):
+            value = frame.values.get(bound[1].name.value, bound[1].default)  # not passed: its default
+            return [value] if value is not None else None
         if frame is not None:
             value = passed_by(frame, bound[0], bound[1], 1)
             if value is not None:
@@ -1753,6 +1832,23 @@ class Sizes:
 
 class _Missing:
     pass
+
+
+@dataclass
+class Told:
+    """What a construction in another module passes the parameters of a class's `__init__`,
+    by name, each as a literal (`Sizes.told`) or None where it cannot be told; a parameter
+    it does not pass holds its default."""
+
+    values: dict[str, cst.BaseExpression | None]
+
+
+def _string_key(expr: cst.Subscript) -> str | None:
+    """The key of `cfg["key"]`."""
+    if len(expr.slice) != 1 or not isinstance(expr.slice[0].slice, cst.Index):
+        return None
+    key = expr.slice[0].slice.value
+    return key.evaluated_value if isinstance(key, cst.SimpleString) else None
 
 
 def _window(lower: cst.BaseExpression, upper: cst.BaseExpression) -> int | None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from codemod.analysis.sizes import sizes_of
+from codemod.analysis.sizes import ModuleSize, sizes_of
 from codemod.config import Settings
 from codemod.context import FileContext
 from codemod.engine import process_source
@@ -246,3 +246,70 @@ def test_prefetching_padded_and_cropped_cifar_batches_is_reported_with_their_siz
     (finding,) = findings(PADDED_STEP, "PM103").findings
     assert not finding.fixable
     assert "a batch holds about 1.2 MB" in finding.message
+
+
+# -- a model of another module of the project, sized by what its construction passes ------------
+
+# rasbt/LLMs-from-scratch's GPTModel, cut down: a model class of another module whose widths come
+# from a config dict the training script passes it, through a block class of that module.
+MODEL_MODULE = """\
+import torch.nn as nn
+
+
+class Block(nn.Module):
+    def __init__(self, cfg):
+        super().__init__()
+        self.ff = nn.Linear(cfg["emb_dim"], 4 * cfg["emb_dim"])
+        self.drop = nn.Dropout(cfg["drop_rate"])
+
+    def forward(self, x):
+        return self.drop(self.ff(x))
+
+
+class Net(nn.Module):
+    def __init__(self, cfg, head=10):
+        super().__init__()
+        self.emb = nn.Embedding(cfg["vocab_size"], cfg["emb_dim"])
+        self.blocks = nn.Sequential(*[Block(cfg) for _ in range(cfg["n_layers"])])
+        self.head = nn.Linear(4 * cfg["emb_dim"], head)
+
+    def forward(self, x):
+        return self.head(self.blocks(self.emb(x)))
+"""
+TRAIN = """\
+from model import Net
+
+CFG = {"vocab_size": 100, "emb_dim": 16, "n_layers": 2, "drop_rate": 0.1}
+CHANGE
+net = Net(CFG, HEAD)
+"""
+
+
+def project_model(tmp_path, change: str = "", head: str = "head=5") -> ModuleSize | None:
+    (tmp_path / "pyproject.toml").write_text("[project]\nname = 'demo'\n")
+    (tmp_path / "model.py").write_text(MODEL_MODULE)
+    code = TRAIN.replace("CHANGE", change).replace("HEAD", head)
+    ctx = FileContext.of_source(code, str(tmp_path / "train.py"), Settings(root=tmp_path))
+    return sizes_of(ctx).module(ctx.module.body[-1].body[0].targets[0].target)
+
+
+def test_a_model_of_another_module_is_sized_by_the_config_dict_its_construction_passes(tmp_path):
+    blocks = 2 * (16 * 64 + 64)
+    assert project_model(tmp_path) == ModuleSize(
+        100 * 16 + blocks + 64 * 5 + 5, 100 * 16 + blocks + 64 * 5 + 5, ((16, 64), (64, 5))
+    )
+    # a parameter the construction does not pass holds its default
+    assert project_model(tmp_path, head="").products == ((16, 64), (64, 10))
+
+
+@pytest.mark.parametrize(
+    "change,head",
+    [
+        ('CFG.update({"emb_dim": 1024})', "head=5"),  # the dict may be changed
+        ('CFG["n_layers"] = 48', "head=5"),
+        ("", "head=int(input())"),  # an argument that cannot be told
+        ("", "**{'head': 5}"),
+    ],
+)
+def test_a_model_of_another_module_whose_arguments_cannot_be_told_is_unsized(tmp_path, change, head):
+    assert project_model(tmp_path, change, head) is None
