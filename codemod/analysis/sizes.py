@@ -42,6 +42,7 @@ from codemod.analysis.loaders import COLLATE_FN_POSITION
 from codemod.analysis.names import dict_entry, integer_value, kwarg, method_name, number_value, positional
 from codemod.analysis.periodic import periodic
 from codemod.analysis.project import project_of
+from codemod.analysis.tokenizers import tokenizers as tokenizers_of
 from codemod.analysis.torch_facts import (
     CAST_METHOD_DTYPES,
     CROP_TRANSFORMS,
@@ -49,6 +50,7 @@ from codemod.analysis.torch_facts import (
     DTYPE_BYTES,
     HOST_NUMBER_MODULES,
     HOST_ONLY_MODULES,
+    ID_LIST_METHODS,
     IMAGE_DATASETS,
     INTEGER_FACTORIES,
     JOINING_FUNCTIONS,
@@ -126,6 +128,7 @@ RUNTIME_LOCAL_BATCH = "runtime.distributed.local_batch_size"
 # perfmod's runtime, as its fixes call it, but for `linear_attention`: no matrix product.
 RUNTIME_WITHOUT_PRODUCT_PREFIXES = tuple(f"{name}." for name in RUNTIME_WITHOUT_PRODUCTS)
 LIST_RESIZERS = frozenset({"append", "extend", "insert", "pop", "remove", "clear"})
+LIST_GROWERS = frozenset({"extend", "insert", "__setitem__", "__iadd__"})  # add elements `append` does not
 HOST_NUMBER_PREFIXES = tuple(module + "." for module in HOST_NUMBER_MODULES)
 BATCH_SAMPLER_POSITION = 4  # `DataLoader(dataset, batch_size, shuffle, sampler, batch_sampler, ...)`
 
@@ -633,6 +636,9 @@ class Sizes:
             shape, default = like if like is not None else (None, 0)
         elif names & DATA_FACTORIES and plain:
             data = self._literal_data(plain[0], depth + 1)
+            ids = self._id_list(plain[0], depth + 1) if data is None else None
+            if ids is not None and ids[0] is not None:
+                data = (ids[0],), INDEX_BYTES  # `torch.tensor(token_ids[i:i + n])`: int64
             shape, default = data if data is not None else (None, 0)
         else:
             return None
@@ -656,6 +662,60 @@ class Sizes:
         if shape is None or not kinds:
             return None
         return shape, FLOAT32_BYTES if float in kinds else INDEX_BYTES if int in kinds else 1
+
+    def _id_list(self, expr: cst.BaseExpression, depth: int) -> tuple[int | None] | None:
+        """(the most elements it holds, None where unknown) of a flat list of Python ints: the
+        ids a tokenizer's `encode` gives one text, a slice of such a list (`ids[i:i + n]`
+        holds at most n), or a name every binding of which is one; None for anything else."""
+        if depth > MAX_DEPTH:
+            return None
+        if isinstance(expr, cst.Name):
+            values = self.values(expr, depth + 1)
+            if not values or any(value is expr for value in values):
+                return None
+            found = [self._id_list(value, depth + 1) for value in values]
+            if None in found:
+                return None
+            lengths = [length for (length,) in found]
+            return (None,) if None in lengths else (max(lengths),)
+        if isinstance(expr, cst.Call):
+            tokenized = method_name(expr) in ID_LIST_METHODS and tokenizers_of(self.context).tokenizes(expr)
+            return (None,) if tokenized else None
+        if isinstance(expr, cst.Subscript) and len(expr.slice) == 1 and isinstance(expr.slice[0].slice, cst.Slice):
+            part = expr.slice[0].slice
+            whole = self._id_list(expr.value, depth + 1)
+            if whole is None or part.step is not None:
+                return whole  # a stepped slice holds at most what the whole does
+            width = self._slice_width(part.lower, part.upper, depth)
+            known = [n for n in (whole[0], width) if n is not None]
+            return (min(known) if known else None,)
+        return None
+
+    def _slice_width(self, lower: cst.BaseExpression | None, upper: cst.BaseExpression | None, depth: int):
+        """At most how many elements `x[lower:upper]` holds, both sums of terms where those
+        that are not numbers are the same on either side (`i + 1`, `i + max_length + 1`): the
+        upper's numbers (at most their largest value) less the lower's (literals only, so that
+        the difference stays an upper bound); None where it cannot be told."""
+        if upper is None:
+            return None
+        unmatched = _terms(lower) if lower is not None else []
+        low = 0
+        for term in list(unmatched):
+            literal = integer_value(term)
+            if literal is not None:
+                low += literal
+                unmatched.remove(term)
+        high = 0
+        for term in _terms(upper):
+            same = next((other for other in unmatched if other.deep_equals(term)), None)
+            if same is not None:
+                unmatched.remove(same)
+                continue
+            number = self.integer(term, depth + 1)
+            if number is None:
+                return None
+            high += number
+        return high - low if not unmatched and high >= low else None
 
     def _tensor_dtype(self, call: cst.Call, shape: tuple[int, ...], default: int):
         dtype = kwarg(call, "dtype")
@@ -1111,42 +1171,63 @@ class Sizes:
             ]
             found = [self._collated(part, at, depth + 1) for part, at in zip(parts, inner)]
             return None if any(f is None for f in found) else tuple(t for f in found for t in f)
-        element = self._comprehension_element(value, depth)
-        if element is not None:
-            return self._collated(element, where, depth + 1)
+        elements = self._list_elements(value, depth)
+        if elements is not None:
+            return _widest_item([self._collated(element, where, depth + 1) for element in elements])
         shape = self.tensor(value, depth + 1)
         return ((where, shape),) if shape is not None else None
 
-    def _comprehension_element(self, value: cst.BaseExpression, depth: int) -> cst.BaseExpression | None:
-        """For `items[i]`, one element of a list built by a comprehension (`self.data = [(x, y)
-        for ...]`): the expression every element is made by; None for anything else, or a
-        list a method may grow."""
+    def _list_elements(self, value: cst.BaseExpression, depth: int) -> list[cst.BaseExpression] | None:
+        """For `items[i]`, the expressions every element of the list may be made by: the
+        element of a comprehension that builds it (`self.data = [(x, y) for ...]`), or what
+        `append` adds to a list made empty (`self.input_ids = []`, then
+        `self.input_ids.append(torch.tensor(chunk))`); None for anything else, or a list another
+        method may grow or an item assignment may change."""
         if not (isinstance(value, cst.Subscript) and len(value.slice) == 1):
             return None
         if not isinstance(value.slice[0].slice, cst.Index):
             return None
-        made = self.values(value.value, depth + 1)
-        if not made or len(made) != 1 or not isinstance(made[0], cst.ListComp):
-            return None
         held = value.value
-        if (
-            isinstance(held, cst.Name)
-            and self._grown(held)
-            or isinstance(held, cst.Attribute)
-            and self._attribute_grown(held)
-        ):
+        made = self.values(held, depth + 1)
+        if not made or len(made) != 1 or not isinstance(held, (cst.Name, cst.Attribute)):
             return None
-        return made[0].elt
+        appended = self._appended(held)
+        if appended is None:
+            return None
+        if isinstance(made[0], cst.ListComp) and not appended:
+            return [made[0].elt]
+        if isinstance(made[0], cst.List) and not made[0].elements and appended:
+            return appended
+        return None
 
-    def _attribute_grown(self, attribute: cst.Attribute) -> bool:
-        """Is a method that changes a list's length called on an attribute of this name,
-        of any object, anywhere in the file (`self.data.append(x)`)?"""
-        name = attribute.attr.value
-        return any(
-            isinstance(resized.value, cst.Attribute) and resized.value.attr.value == name
-            for resized in self.index.find(cst.Attribute)
-            if resized.attr.value in LIST_RESIZERS
-        )
+    def _appended(self, held: cst.Name | cst.Attribute) -> list[cst.BaseExpression] | None:
+        """What `held.append(x)` calls add to the list a variable (or an attribute of this
+        name, of any object, anywhere in the file) holds; None where another method that adds
+        to it is called on it (`extend`, `insert`) or an item of it is assigned."""
+        if isinstance(held, cst.Name):
+            scope = self.context.scopes.get(held)
+            if scope is None:
+                return None
+            uses = [access.node for access in scope.accesses[held.value]]
+        else:
+            uses = [a for a in self.index.find(cst.Attribute) if a.attr.value == held.attr.value]
+        appended: list[cst.BaseExpression] = []
+        for use in uses:
+            parent = self.context.parents.get(use)
+            if isinstance(parent, cst.Subscript) and parent.value is use and self._assigned(parent):
+                return None  # `held[i] = x`
+            if not isinstance(parent, cst.Attribute) or parent.value is not use:
+                continue
+            call = self.context.parents.get(parent)
+            if parent.attr.value == "append" and isinstance(call, cst.Call) and len(call.args) == 1:
+                appended.append(call.args[0].value)
+            elif parent.attr.value in LIST_GROWERS:
+                return None
+        return appended
+
+    def _assigned(self, target: cst.BaseExpression) -> bool:
+        parent = self.context.parents.get(target)
+        return isinstance(parent, cst.AssignTarget) or isinstance(parent, cst.AugAssign) and parent.target is target
 
     def _is_item_index(self, expr: cst.BaseExpression) -> bool:
         if not self._indices or not isinstance(expr, cst.Name):
@@ -1851,6 +1932,13 @@ def _string_key(expr: cst.Subscript) -> str | None:
     return key.evaluated_value if isinstance(key, cst.SimpleString) else None
 
 
+def _terms(expr: cst.BaseExpression) -> list[cst.BaseExpression]:
+    """The terms a sum adds: `i + n + 1` is [i, n, 1]."""
+    if isinstance(expr, cst.BinaryOperation) and isinstance(expr.operator, cst.Add):
+        return [*_terms(expr.left), *_terms(expr.right)]
+    return [expr]
+
+
 def _window(lower: cst.BaseExpression, upper: cst.BaseExpression) -> int | None:
     """`upper - lower` where both are one expression plus literal integers (`i`, `i + 48`)."""
     (base, low), (top, high) = _offset(lower), _offset(upper)
@@ -1883,6 +1971,14 @@ def _nesting(data: cst.BaseExpression, kinds: set[type]) -> tuple[int, ...] | No
     if len(inner) > 1 or None in inner:
         return None
     return (len(data.elements), *(inner.pop() if inner else ()))
+
+
+def _widest_item(items: list[Item | None]) -> Item | None:
+    """One item no smaller where each of `items` holds a tensor, all laid out alike; None otherwise."""
+    if not items or None in items or len({tuple(where for where, _ in item) for item in items}) != 1:
+        return None
+    merged = [_widest([item[index][1] for item in items]) for index in range(len(items[0]))]
+    return None if None in merged else tuple((where, tensor) for (where, _), tensor in zip(items[0], merged))
 
 
 def _widest(tensors: list[Tensor]) -> Tensor | None:

@@ -760,6 +760,8 @@ TOKENIZER_METHODS = frozenset(
         "encode_batch",
     }
 )
+# Methods of those tokenizers that give the ids of one text as a flat list of Python ints.
+ID_LIST_METHODS = frozenset({"encode", "encode_ordinary"})
 # Methods that turn ids (or a model's output) back into text, or generate it.
 DETOKENIZER_METHODS = frozenset({"decode", "batch_decode", "generate"})
 # Methods of a tokenizer that read it and change nothing: its pure methods and decoding.

@@ -6,6 +6,7 @@ gives the sizes; a size that cannot be told keeps the fix."""
 
 from __future__ import annotations
 
+import libcst as cst
 import pytest
 
 from codemod.analysis.sizes import ModuleSize, sizes_of
@@ -313,3 +314,109 @@ def test_a_model_of_another_module_is_sized_by_the_config_dict_its_construction_
 )
 def test_a_model_of_another_module_whose_arguments_cannot_be_told_is_unsized(tmp_path, change, head):
     assert project_model(tmp_path, change, head) is None
+
+
+# -- windows of token ids appended to a list --------------------------------------------------
+
+# rasbt/LLMs-from-scratch's GPTDatasetV1 and create_dataloader_v1, cut down: windows of a text's
+# token ids appended to lists, a loader built by a function of the file with the batch size and
+# window length its call passes, and a loop that reads the loss every step.
+WINDOWS = """\
+import tiktoken
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.utils.data import DataLoader, Dataset
+
+
+class GPTDatasetV1(Dataset):
+    def __init__(self, txt, tokenizer, max_length, stride):
+        self.input_ids = []
+        self.target_ids = []
+        token_ids = tokenizer.encode(txt)
+        for i in range(0, len(token_ids) - max_length, stride):
+            input_chunk = token_ids[i:i + max_length]
+            target_chunk = token_ids[i + 1: i + max_length + 1]
+            self.input_ids.append(torch.tensor(input_chunk))
+            self.target_ids.append(torch.tensor(target_chunk))
+GROWN
+    def __len__(self):
+        return len(self.input_ids)
+
+    def __getitem__(self, idx):
+        return self.input_ids[idx], self.target_ids[idx]
+
+
+def create_dataloader_v1(txt, batch_size=4, max_length=256, stride=128):
+    tokenizer = tiktoken.get_encoding("gpt2")
+    dataset = GPTDatasetV1(txt, tokenizer, max_length, stride)
+    return DataLoader(dataset, batch_size=batch_size, shuffle=TruePINNED)
+
+
+device = torch.device("cuda")
+text = open("the-verdict.txt").read()
+train_loader = create_dataloader_v1(text, batch_size=2, max_length=256, stride=256)
+model = nn.Sequential(nn.Embedding(50257, 64), nn.Linear(64, 50257)).to(device)
+optimizer = torch.optim.AdamW(model.parameters(), lr=4e-4)
+for epoch in range(10):
+    for input_batch, target_batch in train_loader:
+        input_batch = input_batch.to(device)
+        target_batch = target_batch.to(device)
+        loss = F.cross_entropy(model(input_batch).flatten(0, 1), target_batch.flatten())
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        print(f"epoch {epoch} loss {loss.item():.3f}")
+"""
+
+
+def windows(grown: str = "", pinned: str = "") -> str:
+    return WINDOWS.replace("GROWN", grown).replace("PINNED", pinned)
+
+
+def window_batch(code: str):
+    ctx = context(code)
+    (loader,) = (c for c in ctx.index.find(cst.Call) if ctx.names.is_(c.func, "torch.utils.data.DataLoader"))
+    return sizes_of(ctx).loader_batch(loader)
+
+
+def test_windows_of_token_ids_appended_to_a_list_are_sized_by_the_window_length_passed():
+    # two windows of at most 256 int64 ids each, two to a batch
+    assert window_batch(windows()) == (((0,), ((2, 256), 8)), ((1,), ((2, 256), 8)))
+
+
+@pytest.mark.parametrize(
+    "grown",
+    [
+        "\n    def more(self, ids):\n        self.input_ids.extend(ids)\n",  # another way in
+        "\n    def swap(self, k, ids):\n        self.input_ids[k] = ids\n",  # an item replaced
+    ],
+)
+def test_a_list_that_grows_otherwise_than_by_append_is_unsized(grown):
+    assert window_batch(windows(grown)) is None
+
+
+@pytest.mark.parametrize(
+    "chunk",
+    [
+        "token_ids[i:j]",  # a window whose width is not shown
+        "token_ids[i:i + int(input())]",
+        "tokenizer.encode_batch([txt])[0][i:i + max_length]",  # a list of lists
+        "txt.split()[i:i + max_length]",  # strings, not ids
+    ],
+)
+def test_a_window_of_unknown_width_or_of_what_is_not_ids_is_unsized(chunk):
+    code = (
+        windows()
+        .replace("token_ids[i:i + max_length]", chunk)
+        .replace("for i in range", "j = 9\n        for i in range")
+    )
+    assert window_batch(code) is None
+
+
+def test_pinning_and_prefetching_windows_of_token_ids_read_back_every_step_are_reported_with_their_size():
+    result = findings(windows(), "PM102")
+    assert [(f.code, f.fixable) for f in result.findings] == [("PM102", False)]
+    assert "a batch holds about 8192 bytes" in result.findings[0].message
+    (prefetch,) = findings(windows(pinned=", pin_memory=True"), "PM103").findings
+    assert not prefetch.fixable and "a batch holds about 8192 bytes" in prefetch.message
