@@ -70,6 +70,8 @@ from codemod.analysis.torch_facts import (
     REDUCTION_METHODS,
     RNN_GATES,
     RUNTIME_WITHOUT_PRODUCTS,
+    SAME_SHAPE_MODULES,
+    SEQUENTIAL_MODULES,
     SHAPE_KEEPING_FUNCTIONS,
     SHAPE_KEEPING_METHODS,
     SHAPE_KEEPING_TRANSFORMS,
@@ -560,8 +562,46 @@ class Sizes:
             return (), 0  # `math.cos(i)`: a Python float
         if isinstance(expr, cst.Call) and not any(a.star for a in expr.args):
             made = self._tensor_made(expr, depth)
-            return made if made is not None else self._tensor_computed(expr, depth)
+            if made is None:
+                made = self._tensor_computed(expr, depth)
+            return made if made is not None else self._sequential_output(expr, depth)
         return None
+
+    def _sequential_output(self, call: cst.Call, depth: int) -> Tensor | None:
+        """What an `nn.Sequential` of `nn.Linear` layers and layers that keep their input's shape
+        (activations, norms, dropout) returns for the one tensor of known shape it is called on:
+        that shape with the last Linear's width last, in float32 once a Linear ran."""
+        if (
+            len(call.args) != 1
+            or call.args[0].keyword is not None
+            or not isinstance(call.func, (cst.Name, cst.Attribute, cst.Call))
+        ):
+            return None
+        built = self.values(call.func, depth + 1)
+        if not built or len(built) != 1 or not isinstance(built[0], cst.Call):
+            return None
+        if not self.names.of(built[0].func) & SEQUENTIAL_MODULES or any(a.keyword or a.star for a in built[0].args):
+            return None
+        found = self._tensor(call.args[0].value, depth + 1)
+        if found is None or not found[0] or not found[1]:
+            return None
+        shape, element = found
+        for layer in (arg.value for arg in built[0].args):
+            values = self.values(layer, depth + 1)
+            if not values or len(values) != 1 or not isinstance(values[0], cst.Call):
+                return None
+            names = self.names.of(values[0].func)
+            if names & SAME_SHAPE_MODULES:
+                continue
+            given = _layer_arguments(values[0], NN_LAYER_ARGUMENTS["Linear"]) if f"{TORCH_NN}Linear" in names else None
+            if given is None:
+                return None
+            widths = _LayerArguments(self, "Linear", given, depth + 1)
+            k, n = widths.number("in_features"), widths.number("out_features")
+            if k is None or n is None or k != shape[-1]:
+                return None  # not the width it is given: not what the code shows
+            shape, element = (*shape[:-1], n), FLOAT32_BYTES
+        return shape, element
 
     def _fed(self, name: cst.Name, where: tuple[int, ...], depth: int) -> Tensor | None:
         """The tensor at `where` in what `name` holds, where every binding that reaches it is

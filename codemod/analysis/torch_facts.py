@@ -333,6 +333,8 @@ MATRIX_PRODUCT_METHODS = methods(Category.MATMUL)
 UNLISTED_PRODUCTS = functions(Category.PAIRWISE)
 # Containers of modules: what they run is what they are given.
 MODULE_CONTAINERS = functions(Category.CONTAINER)
+# The container that calls its modules one after another on what the one before returns.
+SEQUENTIAL_MODULES = frozenset({"torch.nn.Sequential", "torch.nn.modules.container.Sequential"})
 # Containers that hold modules by key or by position: their modules are `.values()` or the container.
 MODULE_TABLES = {name: op.holds for name, op in OPS.items() if op.holds is not None}
 # Functions and tensor methods that reduce a tensor to fewer dims, and every loss: what

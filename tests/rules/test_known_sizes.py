@@ -420,3 +420,69 @@ def test_pinning_and_prefetching_windows_of_token_ids_read_back_every_step_are_r
     assert "a batch holds about 8192 bytes" in result.findings[0].message
     (prefetch,) = findings(windows(pinned=", pin_memory=True"), "PM103").findings
     assert not prefetch.fixable and "a batch holds about 8192 bytes" in prefetch.message
+
+
+# -- what a Sequential of Linear layers returns ----------------------------------------------------
+
+SEQUENTIAL = """\
+import torch
+import torch.nn as nn
+
+G = nn.Sequential(nn.Linear(64, 256), nn.ReLU(), nn.Linear(256, 256), nn.Tanh())
+z = torch.randn(100, 64)
+Y = LAYERS(z)
+"""
+
+
+@pytest.mark.parametrize(
+    "layers,shape",
+    [
+        ("G", (100, 256)),
+        ("nn.Sequential(nn.Linear(64, 8), nn.Dropout(0.1), nn.LayerNorm(8))", (100, 8)),
+        ("nn.Sequential()", (100, 64)),
+    ],
+)
+def test_a_sequential_of_linear_layers_returns_its_input_with_the_last_width(layers, shape):
+    ctx = context(SEQUENTIAL.replace("LAYERS", layers))
+    assert sizes_of(ctx).tensor(last_value(ctx)) == (shape, 4)
+
+
+@pytest.mark.parametrize(
+    "layers",
+    [
+        "nn.Sequential(nn.Linear(32, 8))",  # not the width it is given
+        "nn.Sequential(nn.Flatten(), nn.Linear(64, 8))",  # a layer that reshapes
+        "nn.Sequential(nn.Conv1d(64, 8, 3))",
+        "nn.Linear(64, 8)",  # a layer alone is not followed here
+    ],
+)
+def test_a_sequential_whose_output_the_code_does_not_show_is_unsized(layers):
+    ctx = context(SEQUENTIAL.replace("LAYERS", layers))
+    assert sizes_of(ctx).tensor(last_value(ctx)) is None
+
+
+# A GAN's step, cut down from yunjey/pytorch-tutorial: the discriminator runs on what the
+# generator makes, 64 rows 256 wide.
+GAN = """\
+import torch
+import torch.nn as nn
+
+device = torch.device("cuda")
+D = nn.Sequential(nn.Linear(256, 256), nn.LeakyReLU(0.2), nn.Linear(256, 1), nn.Sigmoid()).to(device)
+G = nn.Sequential(nn.Linear(256, 256), nn.ReLU(), nn.Linear(256, 256), nn.Tanh()).to(device)
+criterion = nn.BCELoss()
+g_optimizer = torch.optim.Adam(G.parameters(), lr=0.0002)
+for step in range(1000):
+    z = torch.randn(64, 256, device=device)
+    fake = G(z)
+    loss = criterion(D(fake), torch.ones(64, 1, device=device))
+    g_optimizer.zero_grad()
+    loss.backward()
+    g_optimizer.step()
+"""
+
+
+def test_tf32_for_a_launch_bound_step_whose_model_runs_on_another_models_output_is_reported():
+    (finding,) = findings(GAN, "PM302").findings
+    assert not finding.fixable
+    assert "each runs over the 64 rows of the step's batch" in finding.message
