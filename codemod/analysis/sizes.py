@@ -8,10 +8,12 @@ buy anything, it reports instead of fixing. Unknown stays unknown (None): a rule
 hold a fix back on a known size.
 
 Sizes come from what the script runs with as written: literal shapes, argparse defaults,
-module constants, torchvision's datasets and transforms, `TensorDataset`s of tensors made
-with literal shapes, the items a map-style Dataset class of this file returns from its
-`__getitem__`, and the `torch.nn` layers a model's class builds (through `nn.Sequential`
-and the classes of this file, each construction with what it passes the class's `__init__`).
+module constants, config dicts, torchvision's datasets and transforms, `TensorDataset`s of
+tensors made with literal shapes or of data written out (`torch.tensor([[...]])`), the items
+a map-style Dataset class returns from its `__getitem__` (windows of a tokenizer's ids among
+them), and the `torch.nn` layers a model's class builds (through `nn.Sequential` and the
+classes of this file and of the project's modules, each construction with what it passes the
+class's `__init__`: a construction in another module hands its arguments over as literals).
 Where a value may be one of several, the largest counts: a size here is an upper bound.
 
 Frequency: `rarely_waited(node)` tells a node that runs only every few steps (behind a
