@@ -403,7 +403,8 @@ class Sizes:
             if setting is not None:
                 return integer_value(setting)
             if isinstance(expr, cst.Subscript):
-                return self._keyed_integer(expr, depth) or self._indexed_size(expr, depth)
+                keyed = self._keyed_integer(expr, depth)
+                return keyed if keyed is not None else self._indexed_size(expr, depth)
             values = self.values(expr, depth + 1)
             if not values or any(v is expr for v in values):
                 return None
