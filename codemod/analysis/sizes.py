@@ -396,15 +396,13 @@ class Sizes:
             if method_name(expr) == "size" and len(expr.args) == 1 and expr.args[0].keyword is None:
                 return self._dim_size(expr.func.value, expr.args[0].value, depth)  # `x.size(0)`
             return None
-        if isinstance(expr, cst.Subscript) and self._framed(expr.value):
-            return self._keyed_integer(expr, depth)  # `cfg["emb_dim"]` of what this construction passes
-        if isinstance(expr, (cst.Name, cst.Attribute, cst.Subscript)):
+        if isinstance(expr, cst.Subscript):
+            keyed = self._keyed_integer(expr, depth)  # `cfg["emb_dim"]`
+            return keyed if keyed is not None else self._indexed_size(expr, depth)
+        if isinstance(expr, (cst.Name, cst.Attribute)):
             setting = None if self._framed(expr) else self.loaders.setting(expr, 0)
             if setting is not None:
                 return integer_value(setting)
-            if isinstance(expr, cst.Subscript):
-                keyed = self._keyed_integer(expr, depth)
-                return keyed if keyed is not None else self._indexed_size(expr, depth)
             values = self.values(expr, depth + 1)
             if not values or any(v is expr for v in values):
                 return None
@@ -422,13 +420,39 @@ class Sizes:
         """`cfg["emb_dim"]` where every dict `cfg` may hold is a literal with that key (the
         largest of its entries), and nothing changes the dict in place."""
         key = _string_key(expr)
-        if key is None or self._changed_in_place(expr.value):
-            return None
-        owners = self.values(expr.value, depth + 1)
-        if not owners or not all(isinstance(owner, cst.Dict) for owner in owners):
+        owners = self._dicts(expr.value, depth + 1) if key is not None else None
+        if not owners:
             return None
         found = [self.integer(dict_entry(owner, key), depth + 1) for owner in owners]
         return None if None in found else max(found)
+
+    def _dicts(self, expr: cst.BaseExpression, depth: int) -> list[cst.Dict] | None:
+        """The dict literals `expr` may hold, followed through names (parameters: what this
+        construction or every call passes) and entries of dicts (`cfg["model"]`); None where
+        one is no literal, or a name on the way is changed in place (`cfg.update(...)`,
+        `cfg["dim"] = 64`)."""
+        if depth > MAX_DEPTH:
+            return None
+        if isinstance(expr, cst.Dict):
+            return [expr]
+        if isinstance(expr, cst.Subscript):
+            key = _string_key(expr)
+            owners = self._dicts(expr.value, depth + 1) if key is not None else None
+            entries = [dict_entry(owner, key) for owner in owners or ()]
+            if not entries or None in entries:
+                return None
+            return self._all_dicts(entries, depth)
+        if not isinstance(expr, cst.Name) or self._changed_in_place(expr):
+            return None
+        if self.context.bindings.param_of(expr) is not None:
+            held = self._passed_values(expr)
+        else:
+            held = [value for value, path in self.loaders.bound_values(expr) if not path]
+        return self._all_dicts(held, depth) if held else None
+
+    def _all_dicts(self, exprs: list[cst.BaseExpression], depth: int) -> list[cst.Dict] | None:
+        found = [self._dicts(e, depth + 1) for e in exprs]
+        return None if None in found else [d for f in found for d in f]
 
     def _changed_in_place(self, expr: cst.BaseExpression) -> bool:
         """May the dict or list a name holds be changed in place (`cfg.update(...)`, `cfg[k] = v`)?"""
@@ -453,11 +477,11 @@ class Sizes:
         number = self.integer(value, depth + 1)
         if number is not None:
             return cst.Integer(str(number)) if number >= 0 else None
-        held = self._dict_literal(value)
-        if held is None or (isinstance(value, cst.Name) and self._changed_in_place(value)):
+        held = self._dicts(value, depth + 1)
+        if not held or len(held) != 1:
             return None
         entries = []
-        for element in held.elements:
+        for element in held[0].elements:
             if not isinstance(element, cst.DictElement) or not isinstance(element.key, cst.SimpleString):
                 return None  # `**other` may hold any key
             entry = self.told(element.value, depth + 1)
@@ -500,13 +524,15 @@ class Sizes:
 
     def _grown(self, name: cst.Name, methods: frozenset[str] = LIST_RESIZERS) -> bool:
         """Is a method that changes a list's length (or one of `methods`) called on the
-        variable behind `name`?"""
+        variable behind `name`, or on an item of it (`cfg["model"].update(...)`)?"""
         scope = self.context.scopes.get(name)
         if scope is None:
             return True
         for access in scope.accesses[name.value]:
-            attribute = self.context.parents.get(access.node)
-            if isinstance(attribute, cst.Attribute) and attribute.attr.value in methods:
+            node, parent = access.node, self.context.parents.get(access.node)
+            while isinstance(parent, cst.Subscript) and parent.value is node:
+                node, parent = parent, self.context.parents.get(parent)
+            if isinstance(parent, cst.Attribute) and parent.attr.value in methods:
                 return True
         return False
 

@@ -486,3 +486,39 @@ def test_tf32_for_a_launch_bound_step_whose_model_runs_on_another_models_output_
     (finding,) = findings(GAN, "PM302").findings
     assert not finding.fixable
     assert "each runs over the 64 rows of the step's batch" in finding.message
+
+
+# -- a config dict of the file --------------------------------------------------------------------
+
+LOCAL_CONFIG = """\
+import torch.nn as nn
+
+CFG = {"model": {"emb_dim": 16, "n_layers": 2}, "vocab_size": 50}
+CHANGE
+
+
+class Net(nn.Module):
+    def __init__(self, cfg):
+        super().__init__()
+        self.emb = nn.Embedding(cfg["vocab_size"], cfg["model"]["emb_dim"])
+        self.blocks = nn.Sequential(*[nn.Linear(cfg["model"]["emb_dim"], 16) for _ in range(cfg["model"]["n_layers"])])
+
+
+net = Net(CFG)
+"""
+
+
+def local_config_model(change: str) -> ModuleSize | None:
+    ctx = context(LOCAL_CONFIG.replace("CHANGE", change))
+    return sizes_of(ctx).module(ctx.module.body[-1].body[0].targets[0].target)
+
+
+def test_a_nested_config_dict_of_the_file_sizes_the_model_built_with_it():
+    assert local_config_model("") == ModuleSize(50 * 16 + 2 * (16 * 16 + 16), 50 * 16 + 2 * (16 * 16 + 16), ((16, 16),))
+
+
+@pytest.mark.parametrize(
+    "change", ['CFG.update({"vocab_size": 50257})', 'CFG["vocab_size"] = 50257', 'CFG["model"].update(emb_dim=768)']
+)
+def test_a_config_dict_changed_in_place_leaves_the_model_unsized(change):
+    assert local_config_model(change) is None
