@@ -522,3 +522,27 @@ def test_a_nested_config_dict_of_the_file_sizes_the_model_built_with_it():
 )
 def test_a_config_dict_changed_in_place_leaves_the_model_unsized(change):
     assert local_config_model(change) is None
+
+
+def test_autocast_for_a_narrow_model_of_another_module_is_reported_with_its_widths(tmp_path):
+    (tmp_path / "pyproject.toml").write_text("[project]\nname = 'demo'\n")
+    (tmp_path / "nets.py").write_text(
+        "import torch.nn as nn\n\n\nclass Bag(nn.Module):\n    def __init__(self, vocab, width):\n"
+        "        super().__init__()\n        self.embed = nn.Embedding(vocab, width)\n"
+        "        self.out = nn.Linear(width, vocab)\n\n    def forward(self, x):\n"
+        "        return self.out(self.embed(x).relu())\n"
+    )
+    code = (
+        "import torch\nimport torch.nn.functional as F\nfrom nets import Bag\n\n"
+        'device = torch.device("cuda")\nmodel = Bag(16, 8).to(device)\n'
+        "opt = torch.optim.SGD(model.parameters(), lr=0.1)\nfor step in range(100):\n"
+        "    x = torch.randint(0, 16, (4, 6), device=device)\n"
+        "    loss = F.cross_entropy(model(x).flatten(0, 1), x.flatten())\n"
+        "    opt.zero_grad()\n    loss.backward()\n    opt.step()\n"
+    )
+    path = tmp_path / "train.py"
+    path.write_text(code)
+    settings = Settings(select=("PM301",), level=Level.NUMERIC)
+    (finding,) = process_source(code.encode(), str(path), settings).findings
+    assert not finding.fixable
+    assert "the widest, 8 by 16, does 2.7 flops per byte" in finding.message
