@@ -35,13 +35,18 @@ from codemod.analysis import match as m
 from codemod.analysis.compilability import forward_of
 from codemod.analysis.hook_sites import hook_sites
 from codemod.analysis.names import method_name, sole_definition
-from codemod.analysis.torch_facts import HOOK_REGISTRATIONS, MODULE_CONTAINERS, MODULE_METHODS, MODULE_TABLES
+from codemod.analysis.torch_facts import (
+    HOOK_REGISTRATIONS,
+    MODULE_CONTAINERS,
+    MODULE_METHODS,
+    MODULE_TABLES,
+    SEQUENTIAL_MODULES,
+)
 
 if TYPE_CHECKING:
     from codemod.context import FileContext
 
 MAX_DEPTH = 4  # helpers followed from the table's assignment to the classes of its members
-SEQUENTIAL = {"torch.nn.Sequential", "torch.nn.modules.container.Sequential"}
 
 
 class NetworkTable(NamedTuple):
@@ -236,7 +241,7 @@ def _classes_of(kind, context, classdef, items, depth) -> tuple[str, list] | Non
     for item in items:
         if not isinstance(item, cst.Call):
             return None
-        if context.names.of(item.func) & SEQUENTIAL:  # `nn.Sequential(nn.Linear(...), nn.GELU(), ...)`
+        if context.names.of(item.func) & SEQUENTIAL_MODULES:  # `nn.Sequential(nn.Linear(...), nn.GELU(), ...)`
             classes.append((context, item))
             continue
         found = _class(context, item.func)

@@ -8,10 +8,12 @@ buy anything, it reports instead of fixing. Unknown stays unknown (None): a rule
 hold a fix back on a known size.
 
 Sizes come from what the script runs with as written: literal shapes, argparse defaults,
-module constants, torchvision's datasets and transforms, `TensorDataset`s of tensors made
-with literal shapes, the items a map-style Dataset class of this file returns from its
-`__getitem__`, and the `torch.nn` layers a model's class builds (through `nn.Sequential`
-and the classes of this file, each construction with what it passes the class's `__init__`).
+module constants, config dicts, torchvision's datasets and transforms, `TensorDataset`s of
+tensors made with literal shapes or of data written out (`torch.tensor([[...]])`), the items
+a map-style Dataset class returns from its `__getitem__` (windows of a tokenizer's ids among
+them), and the `torch.nn` layers a model's class builds (through `nn.Sequential` and the
+classes of this file and of the project's modules, each construction with what it passes the
+class's `__init__`: a construction in another module hands its arguments over as literals).
 Where a value may be one of several, the largest counts: a size here is an upper bound.
 
 Frequency: `rarely_waited(node)` tells a node that runs only every few steps (behind a
@@ -37,17 +39,21 @@ from typing import TYPE_CHECKING, NamedTuple
 
 import libcst as cst
 
-from codemod.analysis.bindings import passed_by, returned_values
+from codemod.analysis.bindings import argument_for, passed_by, returned_values
 from codemod.analysis.loaders import COLLATE_FN_POSITION
 from codemod.analysis.names import dict_entry, integer_value, kwarg, method_name, number_value, positional
 from codemod.analysis.periodic import periodic
 from codemod.analysis.project import project_of
+from codemod.analysis.tokenizers import tokenizers as tokenizers_of
 from codemod.analysis.torch_facts import (
     BINARY_FUNCTIONS,
     CAST_METHOD_DTYPES,
+    CROP_TRANSFORMS,
+    DATA_FACTORIES,
     DTYPE_BYTES,
     HOST_NUMBER_MODULES,
     HOST_ONLY_MODULES,
+    ID_LIST_METHODS,
     IMAGE_DATASETS,
     INTEGER_FACTORIES,
     JOINING_FUNCTIONS,
@@ -58,15 +64,19 @@ from codemod.analysis.torch_facts import (
     MODULE_CONTAINERS,
     MODULE_METHODS,
     MODULE_METHODS_RETURNING_SELF,
+    MUTATING_METHODS,
     NN_LAYER_ARGUMENTS,
     NN_STATELESS,
     OPTIMIZER_STATES,
+    PADDING_TRANSFORMS,
     REARRANGING_FUNCTIONS,
     REARRANGING_METHODS,
     REDUCTION_FUNCTIONS,
     REDUCTION_METHODS,
     RNN_GATES,
     RUNTIME_WITHOUT_PRODUCTS,
+    SAME_SHAPE_MODULES,
+    SEQUENTIAL_MODULES,
     SHAPE_KEEPING_FUNCTIONS,
     SHAPE_KEEPING_METHODS,
     SHAPE_KEEPING_TRANSFORMS,
@@ -125,6 +135,7 @@ RUNTIME_LOCAL_BATCH = "runtime.distributed.local_batch_size"
 # perfmod's runtime, as its fixes call it, but for `linear_attention`: no matrix product.
 RUNTIME_WITHOUT_PRODUCT_PREFIXES = tuple(f"{name}." for name in RUNTIME_WITHOUT_PRODUCTS)
 LIST_RESIZERS = frozenset({"append", "extend", "insert", "pop", "remove", "clear"})
+LIST_GROWERS = frozenset({"extend", "insert", "__setitem__", "__iadd__"})  # add elements `append` does not
 HOST_NUMBER_PREFIXES = tuple(module + "." for module in HOST_NUMBER_MODULES)
 BATCH_SAMPLER_POSITION = 4  # `DataLoader(dataset, batch_size, shuffle, sampler, batch_sampler, ...)`
 
@@ -253,7 +264,9 @@ class Sizes:
         self._modules: dict[tuple[int, ...], ModuleSize | None] = {}
         # The constructions of the file's own classes being sized, innermost last: in a class's
         # `__init__`, a parameter holds what this construction passes it (`SensorNet(d=32)`).
-        self._frames: list[tuple[cst.FunctionDef, cst.Call | None]] = []  # None: a construction in another module
+        # None: the module's own constructions; `Told`: what a construction in another module passes.
+        self._frames: list[tuple[cst.FunctionDef, cst.Call | Told | None]] = []
+        self._told: list[Told] = []  # the constructions of other modules sized here, kept for the ids `_built` keys on
         self._indices: list[cst.Param] = []  # the index parameter of a `__getitem__` being sized
         self._syncs: dict[int, cst.Call | None] = {}
         self._steps: dict[int, ModuleSize | None] = {}
@@ -381,19 +394,121 @@ class Sizes:
             if self.names.is_(expr.func, "int", "builtins.int", RUNTIME_LOCAL_BATCH) and len(expr.args) == 1:
                 return self.integer(expr.args[0].value, depth + 1)  # a process's share: at most the whole
             if self.names.is_(expr.func, "len", "builtins.len") and len(expr.args) == 1:
-                return self._literal_length(expr.args[0].value, depth + 1)
+                length = self._literal_length(expr.args[0].value, depth + 1)
+                return length if length is not None else self._dim_size(expr.args[0].value, 0, depth)
+            if method_name(expr) == "size" and len(expr.args) == 1 and expr.args[0].keyword is None:
+                return self._dim_size(expr.func.value, expr.args[0].value, depth)  # `x.size(0)`
             return None
-        if isinstance(expr, (cst.Name, cst.Attribute, cst.Subscript)):
-            setting = self.loaders.setting(expr, 0)
+        if isinstance(expr, cst.Subscript):
+            keyed = self._keyed_integer(expr, depth)  # `cfg["emb_dim"]`
+            return keyed if keyed is not None else self._indexed_size(expr, depth)
+        if isinstance(expr, (cst.Name, cst.Attribute)):
+            setting = None if self._framed(expr) else self.loaders.setting(expr, 0)
             if setting is not None:
                 return integer_value(setting)
-            if isinstance(expr, cst.Subscript):
-                return None
             values = self.values(expr, depth + 1)
             if not values or any(v is expr for v in values):
                 return None
             found = [self.integer(v, depth + 1) for v in values]
             return None if any(f is None for f in found) else max(found)
+        return None
+
+    def _framed(self, expr: cst.BaseExpression) -> bool:
+        """Is `expr` a parameter of a construction being sized, whose value is what that
+        construction passes, not what the file's own calls do?"""
+        bound = self.context.bindings.param_of(expr) if isinstance(expr, cst.Name) else None
+        return bound is not None and any(function is bound[0] for function, _ in self._frames)
+
+    def _keyed_integer(self, expr: cst.Subscript, depth: int) -> int | None:
+        """`cfg["emb_dim"]` where every dict `cfg` may hold is a literal with that key (the
+        largest of its entries), and nothing changes the dict in place."""
+        key = _string_key(expr)
+        owners = self._dicts(expr.value, depth + 1) if key is not None else None
+        if not owners:
+            return None
+        found = [self.integer(dict_entry(owner, key), depth + 1) for owner in owners]
+        return None if None in found else max(found)
+
+    def _dicts(self, expr: cst.BaseExpression, depth: int) -> list[cst.Dict] | None:
+        """The dict literals `expr` may hold, followed through names (parameters: what this
+        construction or every call passes) and entries of dicts (`cfg["model"]`); None where
+        one is no literal, or a name on the way is changed in place (`cfg.update(...)`,
+        `cfg["dim"] = 64`)."""
+        if depth > MAX_DEPTH:
+            return None
+        if isinstance(expr, cst.Dict):
+            return [expr]
+        if isinstance(expr, cst.Subscript):
+            key = _string_key(expr)
+            owners = self._dicts(expr.value, depth + 1) if key is not None else None
+            entries = [dict_entry(owner, key) for owner in owners or ()]
+            if not entries or None in entries:
+                return None
+            return self._all_dicts(entries, depth)
+        if not isinstance(expr, cst.Name) or self._changed_in_place(expr):
+            return None
+        if self.context.bindings.param_of(expr) is not None:
+            held = self._passed_values(expr)
+        else:
+            held = [value for value, path in self.loaders.bound_values(expr) if not path]
+        return self._all_dicts(held, depth) if held else None
+
+    def _all_dicts(self, exprs: list[cst.BaseExpression], depth: int) -> list[cst.Dict] | None:
+        found = [self._dicts(e, depth + 1) for e in exprs]
+        return None if None in found else [d for f in found for d in f]
+
+    def _changed_in_place(self, expr: cst.BaseExpression) -> bool:
+        """May the dict or list a name holds be changed in place (`cfg.update(...)`, `cfg[k] = v`)?"""
+        return (
+            not isinstance(expr, cst.Name)
+            or self.kinds.is_mutated_in_place(expr)
+            or self._grown(expr, MUTATING_METHODS)
+        )
+
+    def told(self, value: cst.BaseExpression, depth: int = 0) -> cst.BaseExpression | None:
+        """What `value`, an argument of a construction, holds, written as a literal that reads
+        the same in any module: an integer it is at most, a float, string, `True`/`False`/`None`
+        literal, or a dict of string keys whose entries are such (the entries that are not are
+        left out, so reading them stays unknown); None for anything else."""
+        if depth > MAX_DEPTH:
+            return None
+        literal = self.loaders.setting(value, 0)  # `p=dropout` with `dropout = 0.1`
+        if isinstance(literal, (cst.Float, cst.SimpleString)) or (
+            isinstance(literal, cst.Name) and literal.value in ("True", "False", "None")
+        ):
+            return literal.deep_clone()
+        number = self.integer(value, depth + 1)
+        if number is not None:
+            return cst.Integer(str(number)) if number >= 0 else None
+        held = self._dicts(value, depth + 1)
+        if not held or len(held) != 1:
+            return None
+        entries = []
+        for element in held[0].elements:
+            if not isinstance(element, cst.DictElement) or not isinstance(element.key, cst.SimpleString):
+                return None  # `**other` may hold any key
+            entry = self.told(element.value, depth + 1)
+            if entry is not None:
+                entries.append(cst.DictElement(element.key.deep_clone(), entry))
+        return cst.Dict(entries)
+
+    def _dim_size(self, tensor: cst.BaseExpression, dim: cst.BaseExpression | int, depth: int) -> int | None:
+        """The size of a dim of a tensor of known shape: `x.size(0)`, `x.shape[-1]`, `len(x)`."""
+        at = dim if isinstance(dim, int) else integer_value(dim)
+        found = self.tensor(tensor, depth + 1)
+        if at is None or found is None or not -len(found[0]) <= at < len(found[0]):
+            return None
+        return found[0][at]
+
+    def _indexed_size(self, expr: cst.Subscript, depth: int) -> int | None:
+        """`x.shape[1]`, `x.size()[1]`: a dim of a tensor of known shape."""
+        if len(expr.slice) != 1 or not isinstance(expr.slice[0].slice, cst.Index):
+            return None
+        sizes = expr.value
+        if isinstance(sizes, cst.Attribute) and sizes.attr.value == "shape":
+            return self._dim_size(sizes.value, expr.slice[0].slice.value, depth)
+        if isinstance(sizes, cst.Call) and method_name(sizes) == "size" and not sizes.args:
+            return self._dim_size(sizes.func.value, expr.slice[0].slice.value, depth)
         return None
 
     def _literal_length(self, expr: cst.BaseExpression, depth: int) -> int | None:
@@ -410,14 +525,17 @@ class Sizes:
             return None
         return max(len(v.elements) for v in values)
 
-    def _grown(self, name: cst.Name) -> bool:
-        """Is a method that changes a list's length called on the variable behind `name`?"""
+    def _grown(self, name: cst.Name, methods: frozenset[str] = LIST_RESIZERS) -> bool:
+        """Is a method that changes a list's length (or one of `methods`) called on the
+        variable behind `name`, or on an item of it (`cfg["model"].update(...)`)?"""
         scope = self.context.scopes.get(name)
         if scope is None:
             return True
         for access in scope.accesses[name.value]:
-            attribute = self.context.parents.get(access.node)
-            if isinstance(attribute, cst.Attribute) and attribute.attr.value in LIST_RESIZERS:
+            node, parent = access.node, self.context.parents.get(access.node)
+            while isinstance(parent, cst.Subscript) and parent.value is node:
+                node, parent = parent, self.context.parents.get(parent)
+            if isinstance(parent, cst.Attribute) and parent.attr.value in methods:
                 return True
         return False
 
@@ -477,8 +595,46 @@ class Sizes:
             return (), 0  # `math.cos(i)`: a Python float
         if isinstance(expr, cst.Call) and not any(a.star for a in expr.args):
             made = self._tensor_made(expr, depth)
-            return made if made is not None else self._tensor_computed(expr, depth)
+            if made is None:
+                made = self._tensor_computed(expr, depth)
+            return made if made is not None else self._sequential_output(expr, depth)
         return None
+
+    def _sequential_output(self, call: cst.Call, depth: int) -> Tensor | None:
+        """What an `nn.Sequential` of `nn.Linear` layers and layers that keep their input's shape
+        (activations, norms, dropout) returns for the one tensor of known shape it is called on:
+        that shape with the last Linear's width last, in float32 once a Linear ran."""
+        if (
+            len(call.args) != 1
+            or call.args[0].keyword is not None
+            or not isinstance(call.func, (cst.Name, cst.Attribute, cst.Call))
+        ):
+            return None
+        built = self.values(call.func, depth + 1)
+        if not built or len(built) != 1 or not isinstance(built[0], cst.Call):
+            return None
+        if not self.names.of(built[0].func) & SEQUENTIAL_MODULES or any(a.keyword or a.star for a in built[0].args):
+            return None
+        found = self._tensor(call.args[0].value, depth + 1)
+        if found is None or not found[0] or not found[1]:
+            return None
+        shape, element = found
+        for layer in (arg.value for arg in built[0].args):
+            values = self.values(layer, depth + 1)
+            if not values or len(values) != 1 or not isinstance(values[0], cst.Call):
+                return None
+            names = self.names.of(values[0].func)
+            if names & SAME_SHAPE_MODULES:
+                continue
+            given = _layer_arguments(values[0], NN_LAYER_ARGUMENTS["Linear"]) if f"{TORCH_NN}Linear" in names else None
+            if given is None:
+                return None
+            widths = _LayerArguments(self, "Linear", given, depth + 1)
+            k, n = widths.number("in_features"), widths.number("out_features")
+            if k is None or n is None or k != shape[-1]:
+                return None  # not the width it is given: not what the code shows
+            shape, element = (*shape[:-1], n), FLOAT32_BYTES
+        return shape, element
 
     def _fed(self, name: cst.Name, where: tuple[int, ...], depth: int) -> Tensor | None:
         """The tensor at `where` in what `name` holds, where every binding that reaches it is
@@ -551,11 +707,88 @@ class Sizes:
         elif names & LIKE_FACTORIES and plain:
             like = self._tensor(plain[0], depth + 1)
             shape, default = like if like is not None else (None, 0)
+        elif names & DATA_FACTORIES and plain:
+            data = self._literal_data(plain[0], depth + 1)
+            ids = self._id_list(plain[0], depth + 1) if data is None else None
+            if ids is not None and ids[0] is not None:
+                data = (ids[0],), INDEX_BYTES  # `torch.tensor(token_ids[i:i + n])`: int64
+            shape, default = data if data is not None else (None, 0)
         else:
             return None
         if shape is None:
             return None
         return self._tensor_dtype(call, shape, default)
+
+    def _literal_data(self, data: cst.BaseExpression, depth: int) -> Tensor | None:
+        """(shape, bytes of an element) of the tensor `torch.tensor(data)` makes of numbers
+        written out, nested in lists or tuples of one length per level (`[[-1.2, 3.1], [0.5,
+        2.0]]`), or of a name every binding of which is such a literal that nothing grows or
+        changes: float32 where one is a float, else int64, bool for `True`/`False` only."""
+        if isinstance(data, cst.Name) and data.value not in ("True", "False"):
+            if self.kinds.is_mutated_in_place(data) or self._grown(data):
+                return None
+            values = self.values(data, depth + 1)
+            found = {self._literal_data(value, depth + 1) for value in values or ()}
+            return found.pop() if values and len(found) == 1 and None not in found else None
+        kinds: set[type] = set()
+        shape = _nesting(data, kinds)
+        if shape is None or not kinds:
+            return None
+        return shape, FLOAT32_BYTES if float in kinds else INDEX_BYTES if int in kinds else 1
+
+    def _id_list(self, expr: cst.BaseExpression, depth: int) -> tuple[int | None] | None:
+        """(the most elements it holds, None where unknown) of a flat list of Python ints: the
+        ids a tokenizer's `encode` gives one text, a slice of such a list (`ids[i:i + n]`
+        holds at most n), or a name every binding of which is one; None for anything else."""
+        if depth > MAX_DEPTH:
+            return None
+        if isinstance(expr, cst.Name):
+            values = self.values(expr, depth + 1)
+            if not values or any(value is expr for value in values):
+                return None
+            found = [self._id_list(value, depth + 1) for value in values]
+            if None in found:
+                return None
+            lengths = [length for (length,) in found]
+            return (None,) if None in lengths else (max(lengths),)
+        if isinstance(expr, cst.Call):
+            tokenized = method_name(expr) in ID_LIST_METHODS and tokenizers_of(self.context).tokenizes(expr)
+            return (None,) if tokenized else None
+        if isinstance(expr, cst.Subscript) and len(expr.slice) == 1 and isinstance(expr.slice[0].slice, cst.Slice):
+            part = expr.slice[0].slice
+            whole = self._id_list(expr.value, depth + 1)
+            if whole is None or part.step is not None:
+                return whole  # a stepped slice holds at most what the whole does
+            width = self._slice_width(part.lower, part.upper, depth)
+            known = [n for n in (whole[0], width) if n is not None]
+            return (min(known) if known else None,)
+        return None
+
+    def _slice_width(self, lower: cst.BaseExpression | None, upper: cst.BaseExpression | None, depth: int):
+        """At most how many elements `x[lower:upper]` holds, both sums of terms where those
+        that are not numbers are the same on either side (`i + 1`, `i + max_length + 1`): the
+        upper's numbers (at most their largest value) less the lower's (literals only, so that
+        the difference stays an upper bound); None where it cannot be told."""
+        if upper is None:
+            return None
+        unmatched = _terms(lower) if lower is not None else []
+        low = 0
+        for term in list(unmatched):
+            literal = integer_value(term)
+            if literal is not None:
+                low += literal
+                unmatched.remove(term)
+        high = 0
+        for term in _terms(upper):
+            same = next((other for other in unmatched if other.deep_equals(term)), None)
+            if same is not None:
+                unmatched.remove(same)
+                continue
+            number = self.integer(term, depth + 1)
+            if number is None:
+                return None
+            high += number
+        return high - low if not unmatched and high >= low else None
 
     def _tensor_dtype(self, call: cst.Call, shape: tuple[int, ...], default: int):
         dtype = kwarg(call, "dtype")
@@ -934,10 +1167,10 @@ class Sizes:
             return self._class_items(classdef, call, depth)
         found = project_of(self.context).class_of(call.func)
         if found is not None:
-            # Read in its own module, where what `call` passes is not seen: items that depend
-            # on the construction's arguments stay unsized.
+            # Read in its own module, its `__init__`'s parameters holding what `call` passes.
             context, classdef = found
-            return sizes_of(context)._class_items(classdef, None, depth)
+            elsewhere = sizes_of(context)
+            return elsewhere._class_items(classdef, elsewhere.told_by(classdef, call, self, depth), depth)
         names = self.names.of(call.func)
         if names & TENSOR_ROW_DATASETS:
             if any(a.keyword is not None or a.star for a in call.args) or not call.args:
@@ -959,7 +1192,22 @@ class Sizes:
             return None
         return [(((0,), (shape[0], FLOAT32_BYTES)), ((1,), ((), INDEX_BYTES)))]
 
-    def _class_items(self, classdef: cst.ClassDef, call: cst.Call | None, depth: int) -> list[Item] | None:
+    def told_by(self, classdef: cst.ClassDef, call: cst.Call, caller: Sizes, depth: int) -> Told | None:
+        """What `call`, a construction in the module `caller` reads, passes the parameters of
+        `classdef`'s `__init__` (a class of this module), each told as a literal; None where
+        its arguments cannot be matched to them (`*args`, `**kwargs`)."""
+        init = _method(classdef, "__init__")
+        if init is None or any(arg.star for arg in call.args):
+            return None
+        told = Told({})
+        for param in init.params.params[1:]:
+            argument = argument_for(call, init, param, 1)
+            if argument is not None:
+                told.values[param.name.value] = caller.told(argument, depth + 1)
+        self._told.append(told)
+        return told
+
+    def _class_items(self, classdef: cst.ClassDef, call: cst.Call | Told | None, depth: int) -> list[Item] | None:
         """A map-style Dataset class of this file built by `call`: the items its
         `__getitem__(self, i)` returns (a tensor, or a tuple, list or dict of them as the
         default collation stacks them), its `__init__`'s parameters holding what `call`
@@ -1001,42 +1249,63 @@ class Sizes:
             ]
             found = [self._collated(part, at, depth + 1) for part, at in zip(parts, inner)]
             return None if any(f is None for f in found) else tuple(t for f in found for t in f)
-        element = self._comprehension_element(value, depth)
-        if element is not None:
-            return self._collated(element, where, depth + 1)
+        elements = self._list_elements(value, depth)
+        if elements is not None:
+            return _widest_item([self._collated(element, where, depth + 1) for element in elements])
         shape = self.tensor(value, depth + 1)
         return ((where, shape),) if shape is not None else None
 
-    def _comprehension_element(self, value: cst.BaseExpression, depth: int) -> cst.BaseExpression | None:
-        """For `items[i]`, one element of a list built by a comprehension (`self.data = [(x, y)
-        for ...]`): the expression every element is made by; None for anything else, or a
-        list a method may grow."""
+    def _list_elements(self, value: cst.BaseExpression, depth: int) -> list[cst.BaseExpression] | None:
+        """For `items[i]`, the expressions every element of the list may be made by: the
+        element of a comprehension that builds it (`self.data = [(x, y) for ...]`), or what
+        `append` adds to a list made empty (`self.input_ids = []`, then
+        `self.input_ids.append(torch.tensor(chunk))`); None for anything else, or a list another
+        method may grow or an item assignment may change."""
         if not (isinstance(value, cst.Subscript) and len(value.slice) == 1):
             return None
         if not isinstance(value.slice[0].slice, cst.Index):
             return None
-        made = self.values(value.value, depth + 1)
-        if not made or len(made) != 1 or not isinstance(made[0], cst.ListComp):
-            return None
         held = value.value
-        if (
-            isinstance(held, cst.Name)
-            and self._grown(held)
-            or isinstance(held, cst.Attribute)
-            and self._attribute_grown(held)
-        ):
+        made = self.values(held, depth + 1)
+        if not made or len(made) != 1 or not isinstance(held, (cst.Name, cst.Attribute)):
             return None
-        return made[0].elt
+        appended = self._appended(held)
+        if appended is None:
+            return None
+        if isinstance(made[0], cst.ListComp) and not appended:
+            return [made[0].elt]
+        if isinstance(made[0], cst.List) and not made[0].elements and appended:
+            return appended
+        return None
 
-    def _attribute_grown(self, attribute: cst.Attribute) -> bool:
-        """Is a method that changes a list's length called on an attribute of this name,
-        of any object, anywhere in the file (`self.data.append(x)`)?"""
-        name = attribute.attr.value
-        return any(
-            isinstance(resized.value, cst.Attribute) and resized.value.attr.value == name
-            for resized in self.index.find(cst.Attribute)
-            if resized.attr.value in LIST_RESIZERS
-        )
+    def _appended(self, held: cst.Name | cst.Attribute) -> list[cst.BaseExpression] | None:
+        """What `held.append(x)` calls add to the list a variable (or an attribute of this
+        name, of any object, anywhere in the file) holds; None where another method that adds
+        to it is called on it (`extend`, `insert`) or an item of it is assigned."""
+        if isinstance(held, cst.Name):
+            scope = self.context.scopes.get(held)
+            if scope is None:
+                return None
+            uses = [access.node for access in scope.accesses[held.value]]
+        else:
+            uses = [a for a in self.index.find(cst.Attribute) if a.attr.value == held.attr.value]
+        appended: list[cst.BaseExpression] = []
+        for use in uses:
+            parent = self.context.parents.get(use)
+            if isinstance(parent, cst.Subscript) and parent.value is use and self._assigned(parent):
+                return None  # `held[i] = x`
+            if not isinstance(parent, cst.Attribute) or parent.value is not use:
+                continue
+            call = self.context.parents.get(parent)
+            if parent.attr.value == "append" and isinstance(call, cst.Call) and len(call.args) == 1:
+                appended.append(call.args[0].value)
+            elif parent.attr.value in LIST_GROWERS:
+                return None
+        return appended
+
+    def _assigned(self, target: cst.BaseExpression) -> bool:
+        parent = self.context.parents.get(target)
+        return isinstance(parent, cst.AssignTarget) or isinstance(parent, cst.AugAssign) and parent.target is target
 
     def _is_item_index(self, expr: cst.BaseExpression) -> bool:
         if not self._indices or not isinstance(expr, cst.Name):
@@ -1069,11 +1338,31 @@ class Sizes:
             return image, True
         if names & SHAPE_KEEPING_TRANSFORMS:
             return image, tensor
-        if names & {"torchvision.transforms.CenterCrop", "torchvision.transforms.RandomCrop"}:
+        if names & CROP_TRANSFORMS:
             size = positional(call, 0) or kwarg(call, "size")
             side = self.integer(size.value, depth + 1) if size is not None else None
             return ((image[0], side, side), tensor) if side is not None else None
+        if names & PADDING_TRANSFORMS:
+            padding = positional(call, 0) or kwarg(call, "padding")
+            sides = self._padding(padding.value, depth) if padding is not None else None
+            if sides is None:
+                return None
+            left, top, right, bottom = sides
+            return (image[0], image[1] + top + bottom, image[2] + left + right), tensor
         return None
+
+    def _padding(self, padding: cst.BaseExpression, depth: int) -> tuple[int, int, int, int] | None:
+        """(left, top, right, bottom) of a `Pad` transform's `padding`: one for every side,
+        (left and right, top and bottom), or the four."""
+        given = [padding] if not isinstance(padding, (cst.Tuple, cst.List)) else [e.value for e in padding.elements]
+        sides = [self.integer(side, depth + 1) for side in given]
+        if None in sides or len(sides) not in (1, 2, 4):
+            return None
+        if len(sides) == 1:
+            return sides[0], sides[0], sides[0], sides[0]
+        if len(sides) == 2:
+            return sides[0], sides[1], sides[0], sides[1]
+        return tuple(sides)
 
     # -- the step loop ---------------------------------------------------------------------
 
@@ -1246,7 +1535,9 @@ class Sizes:
         if found is None:
             return None
         module, classdef = found  # a class of the project's own modules, sized where it is defined
-        return sizes_of(module)._class(classdef, depth)
+        elsewhere = sizes_of(module)
+        told = elsewhere.told_by(classdef, call, self, depth)
+        return elsewhere._class(classdef, depth) if told is None else elsewhere._constructed(classdef, told, depth)
 
     def _container(self, call: cst.Call, depth: int) -> ModuleSize | None:
         total = EMPTY
@@ -1300,7 +1591,7 @@ class Sizes:
             return None
         return sized(_LayerArguments(self, layer, given, depth))
 
-    def _constructed(self, classdef: cst.ClassDef, call: cst.Call, depth: int) -> ModuleSize | None:
+    def _constructed(self, classdef: cst.ClassDef, call: cst.Call | Told, depth: int) -> ModuleSize | None:
         """A class of this file built by `call`: its `__init__`'s parameters hold what `call`
         passes them (or their defaults) while its attributes are sized."""
         init = _method(classdef, "__init__")
@@ -1376,6 +1667,9 @@ class Sizes:
         on to a factory or subclassed)."""
         bound = self.context.bindings.param_of(name)
         frame = next((call for function, call in reversed(self._frames) if bound and function is bound[0]), None)
+        if isinstance(frame, Told):
+            value = frame.values.get(bound[1].name.value, bound[1].default)  # not passed: its default
+            return [value] if value is not None else None
         if frame is not None:
             value = passed_by(frame, bound[0], bound[1], 1)
             if value is not None:
@@ -1699,6 +1993,30 @@ class _Missing:
     pass
 
 
+@dataclass
+class Told:
+    """What a construction in another module passes the parameters of a class's `__init__`,
+    by name, each as a literal (`Sizes.told`) or None where it cannot be told; a parameter
+    it does not pass holds its default."""
+
+    values: dict[str, cst.BaseExpression | None]
+
+
+def _string_key(expr: cst.Subscript) -> str | None:
+    """The key of `cfg["key"]`."""
+    if len(expr.slice) != 1 or not isinstance(expr.slice[0].slice, cst.Index):
+        return None
+    key = expr.slice[0].slice.value
+    return key.evaluated_value if isinstance(key, cst.SimpleString) else None
+
+
+def _terms(expr: cst.BaseExpression) -> list[cst.BaseExpression]:
+    """The terms a sum adds: `i + n + 1` is [i, n, 1]."""
+    if isinstance(expr, cst.BinaryOperation) and isinstance(expr.operator, cst.Add):
+        return [*_terms(expr.left), *_terms(expr.right)]
+    return [expr]
+
+
 def _window(lower: cst.BaseExpression, upper: cst.BaseExpression) -> int | None:
     """`upper - lower` where both are one expression plus literal integers (`i`, `i + 48`)."""
     (base, low), (top, high) = _offset(lower), _offset(upper)
@@ -1711,6 +2029,34 @@ def _offset(expr: cst.BaseExpression) -> tuple[cst.BaseExpression | None, int]:
         if right is not None:
             return expr.left, right
     return (expr, 0) if integer_value(expr) is None else (None, 0)
+
+
+def _nesting(data: cst.BaseExpression, kinds: set[type]) -> tuple[int, ...] | None:
+    """The shape of numbers written out in nested lists or tuples, one length per level,
+    adding the kind of each number (int, float, bool) to `kinds`; None for anything else."""
+    if isinstance(data, cst.UnaryOperation) and isinstance(data.operator, (cst.Minus, cst.Plus)):
+        data = data.expression
+    if isinstance(data, cst.Name) and data.value in ("True", "False"):
+        kinds.add(bool)
+        return ()
+    number = number_value(data) if isinstance(data, (cst.Integer, cst.Float)) else None
+    if number is not None:
+        kinds.add(type(number))
+        return ()
+    if not isinstance(data, (cst.List, cst.Tuple)) or any(isinstance(e, cst.StarredElement) for e in data.elements):
+        return None
+    inner = {_nesting(element.value, kinds) for element in data.elements}
+    if len(inner) > 1 or None in inner:
+        return None
+    return (len(data.elements), *(inner.pop() if inner else ()))
+
+
+def _widest_item(items: list[Item | None]) -> Item | None:
+    """One item no smaller where each of `items` holds a tensor, all laid out alike; None otherwise."""
+    if not items or None in items or len({tuple(where for where, _ in item) for item in items}) != 1:
+        return None
+    merged = [_widest([item[index][1] for item in items]) for index in range(len(items[0]))]
+    return None if None in merged else tuple((where, tensor) for (where, _), tensor in zip(items[0], merged))
 
 
 def _widest(tensors: list[Tensor]) -> Tensor | None:

@@ -333,6 +333,8 @@ MATRIX_PRODUCT_METHODS = methods(Category.MATMUL)
 UNLISTED_PRODUCTS = functions(Category.PAIRWISE)
 # Containers of modules: what they run is what they are given.
 MODULE_CONTAINERS = functions(Category.CONTAINER)
+# The container that calls its modules one after another on what the one before returns.
+SEQUENTIAL_MODULES = frozenset({"torch.nn.Sequential", "torch.nn.modules.container.Sequential"})
 # Containers that hold modules by key or by position: their modules are `.values()` or the container.
 MODULE_TABLES = {name: op.holds for name, op in OPS.items() if op.holds is not None}
 # Functions and tensor methods that reduce a tensor to fewer dims, and every loss: what
@@ -373,6 +375,8 @@ SHAPED_FACTORIES = functions(shape=Shape.NEW)
 # Factories of a float tensor of one dim whose length is their `steps` (`linspace(start, end, steps)`).
 STEPS_FACTORIES = functions(shape=Shape.STEPS)
 INTEGER_FACTORIES = functions(shape=Shape.BOUNDED)  # `randint(low, high, size)`: int64 by default
+# Factories of a tensor holding the (nested) lists of numbers they are given.
+DATA_FACTORIES = functions(shape=Shape.DATA)
 # Factories of a tensor of another's shape and dtype (`dtype=` may name another).
 LIKE_FACTORIES = functions(shape=Shape.LIKE)
 # Factories whose first argument is the shape and whose second is the value of every element.
@@ -763,6 +767,8 @@ TOKENIZER_METHODS = frozenset(
         "encode_batch",
     }
 )
+# Methods of those tokenizers that give the ids of one text as a flat list of Python ints.
+ID_LIST_METHODS = frozenset({"encode", "encode_ordinary"})
 # Methods that turn ids (or a model's output) back into text, or generate it.
 DETOKENIZER_METHODS = frozenset({"decode", "batch_decode", "generate"})
 # Methods of a tokenizer that read it and change nothing: its pure methods and decoding.
@@ -808,6 +814,11 @@ SHAPE_KEEPING_TRANSFORMS = frozenset(
         "RandomPerspective GaussianBlur RandomInvert RandomAutocontrast RandomEqualize RandomGrayscale"
     ).split()
 )
+# torchvision transforms that cut an image to the `size` they are given (a side, or height and width).
+CROP_TRANSFORMS = frozenset({"torchvision.transforms.CenterCrop", "torchvision.transforms.RandomCrop"})
+# torchvision transforms that add `padding` pixels around an image: one for every side, (left and
+# right, top and bottom), or (left, top, right, bottom).
+PADDING_TRANSFORMS = frozenset({"torchvision.transforms.Pad"})
 
 # -- training libraries (Accelerate, Lightning, Hugging Face) ------------------------------
 

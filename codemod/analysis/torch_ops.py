@@ -111,6 +111,7 @@ class Shape(enum.Enum):
     PRODUCT = "a matrix product"  # `matmul(a, b)`: a's leading dims (broadcast), a's rows, b's columns
     BOUNDED = "new from bounds, then sizes"  # `randint(low, high, size)`, `randint(high, size)`
     STEPS = "one dim of its `steps`"  # `linspace(start, end, steps)`
+    DATA = "the nesting of the data it is given"  # `tensor([[0.5, 1.0], [2.0, 3.0]])`: (2, 2)
 
 
 class Placement(enum.Enum):
@@ -541,9 +542,10 @@ ENTRIES: list[Op] = [
     ),
     *_ops(Category.UNARY, "dropout", random=True, drop_probability=(1, "p")),  # `torch.dropout(x, p, train)`
     *_ops(Category.UNARY, "gumbel_softmax", prefixes=(f"{FUNCTIONAL}.",), random=True),
+    *_ops(Category.FACTORY, "tensor as_tensor", shape=Shape.DATA),
     *_ops(
         Category.FACTORY,
-        "tensor as_tensor arange eye hann_window hamming_window blackman_window bartlett_window kaiser_window",
+        "arange eye hann_window hamming_window blackman_window bartlett_window kaiser_window",
     ),
     *_ops(Category.FACTORY, "tril_indices triu_indices", dtype="int64"),
     *_ops(Category.FACTORY, "linspace logspace", shape=Shape.STEPS),

@@ -82,9 +82,12 @@ class BatchCopiedInTheStep(Rule):
 
     Batches perfmod can size (a `TensorDataset` of tensors of known shape,
     made by factories or computed from such tensors by slicing, indexing,
-    elementwise arithmetic, reductions over given dims, casts and reshapes;
-    a torchvision dataset of one image size such as MNIST or CIFAR-10 after
-    its transforms, times the batch size) and finds small are reported
+    elementwise arithmetic, reductions over given dims, casts and reshapes,
+    or written out in `torch.tensor([[...]])`; a Dataset class whose
+    `__getitem__` returns such tensors or windows of a tokenizer's ids,
+    `ids[i:i + max_length]`; a torchvision dataset of one image size such
+    as MNIST or CIFAR-10 after its transforms, times the batch size) and
+    finds small are reported
     without a fix: a host-to-device copy runs at about 25 GB/s from pinned
     memory, so a batch under 1.25 MB copies in under 50 us, the time the host
     takes to launch ten kernels. Hiding that behind the previous step saves

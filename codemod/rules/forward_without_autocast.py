@@ -209,7 +209,9 @@ class ForwardWithoutAutocast(Rule):
     activation memory.
 
     A loop whose models perfmod can size (`torch.nn` layers with widths the
-    script shows, through the file's own module classes), that convolve
+    script shows, through the module classes of the file and of the
+    project, each built with what its construction passes, a config dict
+    included), that convolve
     nothing, and whose every matrix product is bound by memory in float32
     already (a `Linear(20, 1)`: under 12.5 flops per byte it moves, the
     ratio of an A100's float32 arithmetic to its memory bandwidth) is

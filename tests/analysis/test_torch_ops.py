@@ -598,6 +598,8 @@ SHAPE_CALLS = {
     "torch.randint": (lambda x: torch.randint(0, 10, (4, 5)), (4, 5)),  # the bounds, then the sizes
     "torch.linspace": (lambda x: torch.linspace(0, 1, 5), (5,)),
     "torch.logspace": (lambda x: torch.logspace(0, 1, 5), (5,)),
+    "torch.tensor": (lambda x: torch.tensor([[-1.2, 3.1], [0.5, 2.0], [1, 2]]), (3, 2)),
+    "torch.as_tensor": (lambda x: torch.as_tensor(((True,), (False,))), (2, 1)),
 }
 
 

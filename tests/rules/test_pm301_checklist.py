@@ -321,7 +321,9 @@ def test_a_model_class_of_another_module_that_picks_its_torch_nn_class_at_run_ti
 
 
 def test_a_model_class_of_another_module_without_an_rnn_passed_to_the_training_function_is_fixed(tmp_path, monkeypatch):
-    result = _project_script(tmp_path, "Bag", "Bag(16, 8)")
+    # 64 wide: its products do 16 flops per byte they move, above the 12.5 below which PM301
+    # reports a model bound by memory (now that a class of another module is sized)
+    result = _project_script(tmp_path, "Bag", "Bag(64, 64)")
     assert result.error is None and [f.applied for f in result.findings] == [True]
     new, old = result.new_source.decode(), (tmp_path / "train.py").read_text()
     assert "        with precision.autocast():\n            logits = model(x)\n" in new

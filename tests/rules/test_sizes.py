@@ -787,9 +787,13 @@ def test_a_dataset_class_of_another_module_of_the_project_is_sized_where_it_is_d
     (tmp_path / "train.py").write_text(code)
     ctx = FileContext.of_source(code, str(tmp_path / "train.py"), Settings(root=tmp_path))
     assert sizes_of(ctx).loader_batch_bytes(ctx.module.body[-1].body[0].value) == 32 * 21 * 4
-    # an item that depends on what the construction passes is not seen from the other module
+    # an item that depends on what the construction passes is sized by what it passes there
     (tmp_path / "datautils.py").write_text(PAIRS.replace("GROWN", "").replace("torch.rand(20)", "torch.rand(size)"))
     ctx = FileContext.of_source(code, str(tmp_path / "train.py"), Settings(root=tmp_path))
+    assert sizes_of(ctx).loader_batch_bytes(ctx.module.body[-1].body[0].value) == 32 * (2048 + 1) * 4
+    # and stays unsized where that argument cannot be told
+    unknown = code.replace("PairDataset(2048)", "PairDataset(int(input()))")
+    ctx = FileContext.of_source(unknown, str(tmp_path / "train.py"), Settings(root=tmp_path))
     assert sizes_of(ctx).loader_batch_bytes(ctx.module.body[-1].body[0].value) is None
 
 
