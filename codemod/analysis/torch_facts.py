@@ -156,6 +156,8 @@ MODULE_METHODS_IN_PLACE = module_methods(keeps_place=True)
 MODULE_METHODS_RETURNING_SELF = module_methods(returns_self=True)
 # Module methods that hand out its submodules (`for m in model.modules():`).
 SUBMODULE_METHODS = module_methods(submodules=True)
+# Module methods that hand out its parameters or buffers (`for p in model.parameters():`).
+MODULE_TENSOR_METHODS = module_methods(tensors=True)
 # Module methods that set an attribute by name (`register_buffer("mask", mask)` makes
 # `self.mask`): method -> the keyword of the value they set.
 MODULE_ATTRIBUTE_SETTERS = {m.name: m.sets for m in NN_MODULE_METHODS.values() if m.sets is not None}
@@ -259,6 +261,8 @@ DETERMINISTIC_FACTORIES = functions(Category.FACTORY, random=False, uninitialize
 # with nothing to do), and attributes that are such views.
 SHARING_METHODS = methods(shares=True)
 SHARING_ATTRIBUTES = attributes(shares=True)
+# Tensor attributes whose assignment replaces the tensor's contents, dtype included (`p.data = ...`).
+REPLACING_ATTRIBUTES = attributes(replaces_tensor=True)
 # Tensor methods whose result always shares the receiver's storage (its memory, pinned or not).
 VIEW_METHODS = methods(Category.VIEW)
 # ... and those whose result is always a view of it, whatever the device and dtype (views

@@ -80,7 +80,9 @@ from codemod.analysis.torch_facts import (
     MODULE_METHODS,
     NO_TORCH_MODULES,
     PRECISION_OWNERS,
+    REPLACING_ATTRIBUTES,
     RUNTIME_WITHOUT_PRODUCTS,
+    SUBMODULE_METHODS,
     SYNC_METHODS,
     TRAINER_PLACED_MODULES,
     module_of_chain,
@@ -1641,7 +1643,11 @@ class Training:
             self._half_calls = {}
             for call in self._calls:
                 if method_name(call) in ("half", "bfloat16", "to", "type") and self._makes_half(call):
-                    for acted in self._acted_on(call):
+                    cast = self._acted_on(call)
+                    tree = self._tree_cast_by(call)
+                    if tree is not None:
+                        cast.append(self.code(tree))
+                    for acted in cast:
                         self._half_calls.setdefault(acted, []).append(call)
         for call in self._visible_calls(self._half_calls.get(code, ()), at, expr):
             return call
@@ -1656,6 +1662,31 @@ class Training:
                 None,
             )
         return self._half_builds[code]
+
+    def _tree_cast_by(self, call: cst.Call) -> cst.BaseExpression | None:
+        """The model whose parts a loop over them casts by `call`, a cast: a submodule cast
+        in place (`for m in model.modules(): m.bfloat16()`), or a tensor of a submodule or a
+        parameter replaced by its cast (`p.data = p.data.half()` over `model.parameters()`,
+        `m.weight.data = m.weight.data.bfloat16()`). A loop that casts only the parts it
+        picks (`if isinstance(m, nn.Linear):`) counts too: the program sets each part's
+        precision itself. None for any other cast."""
+        receiver = module_of_chain(call.func.value)
+        part = self.kinds.module_part(receiver) if isinstance(receiver, cst.Name) else None
+        if part is not None and part[1] in SUBMODULE_METHODS:
+            return part[0]
+        assign = self.parents.get(call)
+        if not (isinstance(assign, cst.Assign) and assign.value is call):
+            return None
+        for target in assign.targets:
+            replaced = target.target
+            if isinstance(replaced, cst.Attribute) and replaced.attr.value in REPLACING_ATTRIBUTES:
+                root = replaced.value  # `m` of `m.weight.data`
+                while isinstance(root, cst.Attribute):
+                    root = root.value
+                part = self.kinds.module_part(root) if isinstance(root, cst.Name) else None
+                if part is not None:
+                    return part[0]
+        return None
 
     def _makes_half(self, call: cst.Call) -> bool:
         if method_name(call) in ("half", "bfloat16"):

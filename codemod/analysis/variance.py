@@ -584,22 +584,8 @@ class Variance:
         """Is `name` bound to a submodule of `module` (a module's tree): the target of a loop
         over `module.modules()` (`for key, m in module.named_children():`), or
         `module.get_submodule(path)`?"""
-        for binding in self.context.kinds.sources(name):
-            statement = self._bindings.statement(binding.node)
-            if isinstance(statement, cst.For):
-                target = statement.target
-                last = target.elements[-1].value if isinstance(target, cst.Tuple) and target.elements else target
-                source = statement.iter if last is binding.node else None
-            else:
-                source = self._bindings.assigned_value(binding)
-            if not (
-                isinstance(source, cst.Call)
-                and isinstance(source.func, cst.Attribute)
-                and source.func.attr.value in SUBMODULE_METHODS
-                and source.func.value.deep_equals(module)
-            ):
-                return False
-        return bool(self.context.kinds.sources(name))
+        part = self.context.kinds.module_part(name)
+        return part is not None and part[1] in SUBMODULE_METHODS and part[0].deep_equals(module)
 
     def changed_through(self, expr: cst.BaseExpression, region: cst.CSTNode) -> bool:
         """Is the object `expr` holds (a name, or a chain `a.b`) changed in `region` through

@@ -602,6 +602,42 @@ def test_models_that_are_not_float64(code):
     assert loop.float64 is None
 
 
+HALF_LOOP = (
+    "{code}\nmodel = torch.compile(model)\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+    "for x in loader:\n    loss = model(x).sum()\n    loss.backward()\n    opt.step()\n"
+)
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        "model = Net().cuda()\nfor m in model.modules():\n    if isinstance(m, nn.Linear):\n        m.bfloat16()",
+        "model = Net().cuda()\nfor name, m in model.named_children():\n    m.to(torch.float16)",
+        "model = Net().cuda()\nfor m in model.modules():\n    m.weight.data = m.weight.data.bfloat16()",
+        "model = Net().cuda()\nfor p in model.parameters():\n    p.data = p.data.to(dtype=torch.bfloat16)",
+        "model = Net().cuda()\nfor n, p in model.named_parameters():\n    p.data = p.data.half()",
+    ],
+)
+def test_models_cast_to_16_bits_through_a_loop_over_their_parts(code):
+    loop, _ = only_loop(HALF_LOOP.format(code=code))
+    assert loop.half is not None
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        "model = Net().cuda()\nfor p in model.parameters():\n    p.bfloat16()",  # a copy, thrown away
+        "model = Net().cuda()\nfor p in model.parameters():\n    q = p.data.bfloat16()",
+        "model = Net().cuda()\nfor m in other.modules():\n    m.bfloat16()",
+        "model = Net().cuda()\nfor m in model.modules():\n    m.float()",
+        "model = Net().cuda()\nfor m in model.modules():\n    w = m.weight.data.half()",
+    ],
+)
+def test_loops_over_parts_that_leave_the_model_float32(code):
+    loop, _ = only_loop(HALF_LOOP.format(code=code))
+    assert loop.half is None
+
+
 # -- devices ------------------------------------------------------------------------------------------
 
 DEVICE_LOOP = (

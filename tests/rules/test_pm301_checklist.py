@@ -387,3 +387,34 @@ def test_a_script_that_casts_to_its_own_compute_dtype_gets_no_finding():
     assert findings == []
     findings, _ = check(own.replace(" if COMPUTE_DTYPE == torch.float16 else None", ""))
     assert [f.message for f in findings if "scales the loss but no autocast is on" in f.message]
+
+
+CAST_PARTS = """\
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+device = torch.device("cuda")
+model = nn.Sequential(nn.Embedding(50, 16), nn.Linear(16, 50)).to(device)
+for part in model.modules():
+    {cast}
+model = torch.compile(model)
+opt = torch.optim.AdamW(model.parameters())
+for step in range(10):
+    ids = torch.randint(0, 50, (4, 8), device=device)
+    loss = F.cross_entropy(model(ids).flatten(0, 1), ids.flatten())
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+"""
+
+
+def test_a_model_whose_parts_a_loop_casts_to_bfloat16_gets_no_finding():
+    cast = "if isinstance(part, (nn.Embedding, nn.Linear)):\n        part.weight.data = part.weight.data.bfloat16()"
+    found, _ = check(CAST_PARTS.format(cast=cast))
+    assert found == []
+
+
+def test_a_loop_over_the_parts_that_casts_nothing_in_place_leaves_the_finding():
+    found, _ = check(CAST_PARTS.format(cast="copy = part.weight.data.bfloat16()"))
+    assert [f.code for f in found] == ["PM301"]
