@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
+from typing import NamedTuple
 
 import libcst as cst
 
@@ -876,6 +877,28 @@ DEVICE_CHOOSING_SETUP_METHODS = frozenset({"prepare", "setup", "initialize"})
 # order given: `model, opt, loader = accelerator.prepare(model, opt, loader)` iterates the
 # same batches the DataLoader built before it gives (its settings kept).
 ARGUMENTS_IN_ORDER_SETUP_METHODS = frozenset({"prepare", "setup_dataloaders"})
+
+
+class BatchPlacement(NamedTuple):
+    """A set-up method whose DataLoader puts each batch on the engine's device inside `next()`."""
+
+    method: str  # `prepare` of `accelerator.prepare(loader)`
+    engine_keyword: str | None  # the engine constructor's keyword that may turn it off
+
+
+# Engines (by their constructor) whose set-up call hands back a DataLoader that places each
+# batch on the engine's device itself: Accelerate's `prepare` (`device_placement`, on by
+# default, on the Accelerator and per call), Fabric's `setup_dataloaders` (`move_to_device`,
+# on by default, per call). A `.to(device)` of such a batch in the step copies nothing.
+BATCH_PLACING_ENGINES = {
+    **dict.fromkeys(
+        ("accelerate.Accelerator", "accelerate.accelerator.Accelerator"), BatchPlacement("prepare", "device_placement")
+    ),
+    **dict.fromkeys(
+        ("lightning.Fabric", "lightning.fabric.Fabric", "lightning_fabric.Fabric"),
+        BatchPlacement("setup_dataloaders", None),
+    ),
+}
 
 # -- perfmod's runtime ---------------------------------------------------------------------
 
