@@ -1781,13 +1781,30 @@ class Training:
         return None
 
     def synchronizes_every_step(self, loop: cst.For | cst.While) -> cst.Call | None:
-        """The `torch.cuda.synchronize()` (or another device's) that `loop`'s body runs on
-        every step on a device (timing code often does): each step then waits for the device
-        whatever else it reads. None when there is none."""
-        calls = [c for c in self.steps.own_calls(loop.body) if self.names.is_(c.func, *DEVICE_SYNCHRONIZES)]
+        """The `torch.cuda.synchronize()` (or another device's, or a call of a name bound to
+        it on that device: `_synchronizes`) that `loop`'s body runs on every step on a device
+        (timing code often does): each step then waits for the device whatever else it
+        reads. None when there is none."""
+        calls = [c for c in self.steps.own_calls(loop.body) if self._synchronizes(c)]
         waits = [sync for sync in calls if self._every_step_on_device(sync, loop)]
         # CUDA's first where one branch per device waits (`if device == "mps": ... elif ...`)
         return min(waits, key=lambda sync: not self.names.is_(sync.func, "torch.cuda.synchronize"), default=None)
+
+    def _synchronizes(self, call: cst.Call) -> bool:
+        """Does `call` wait for a device: a synchronize of torch's, or a call of a name bound
+        only to one where the program runs on that device (`synchronize =
+        torch.cuda.synchronize if device_type == "cuda" else lambda: None`)?"""
+        if self.names.is_(call.func, *DEVICE_SYNCHRONIZES):
+            return True
+        sources = self.kinds.value_sources(call.func) if isinstance(call.func, cst.Name) else []
+        return bool(sources) and all(
+            isinstance(value, cst.IfExp)
+            and self._device_test(value.test)
+            and (self.names.is_(value.body, *DEVICE_SYNCHRONIZES) or self.names.is_(value.orelse, *DEVICE_SYNCHRONIZES))
+            or value is not None
+            and self.names.is_(value, *DEVICE_SYNCHRONIZES)
+            for value in sources
+        )
 
     def _ancestors_until(self, node: cst.CSTNode, stop: cst.CSTNode) -> Iterator[cst.CSTNode]:
         for ancestor in self.index.ancestors(node):
