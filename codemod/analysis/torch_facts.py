@@ -809,6 +809,18 @@ SHAPE_KEEPING_TRANSFORMS = frozenset(
     ).split()
 )
 
+# torchvision's model zoo: its models (ResNets, EfficientNets, MobileNets, DenseNets, ...)
+# mostly hold BatchNorm layers; these builders' hold none (VGG without `_bn`, AlexNet,
+# SqueezeNet; the vision transformers, Swin and ConvNeXt normalise with LayerNorm).
+MODEL_ZOOS = ("torchvision.models",)
+ZOO_MODELS_WITHOUT_BATCH_NORM = frozenset(
+    f"torchvision.models.{name}"
+    for name in (
+        "alexnet vgg11 vgg13 vgg16 vgg19 squeezenet1_0 squeezenet1_1 vit_b_16 vit_b_32 vit_l_16 vit_l_32 vit_h_14 "
+        "swin_t swin_s swin_b swin_v2_t swin_v2_s swin_v2_b convnext_tiny convnext_small convnext_base convnext_large"
+    ).split()
+)
+
 # -- training libraries (Accelerate, Lightning, Hugging Face) ------------------------------
 
 # Objects whose `.backward(loss)` runs the backward pass and that own the training's mixed
