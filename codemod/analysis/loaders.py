@@ -56,6 +56,7 @@ from codemod.analysis.torch_facts import (
     TORCH_DRAWS,
 )
 from codemod.analysis.values import DEVICE_NAME, PASS_THROUGH_ITERABLES, Kind, Place
+from codemod.analysis.variance import variance
 
 if TYPE_CHECKING:
     from codemod.context import FileContext
@@ -242,7 +243,7 @@ class ListBatch(NamedTuple):
 
 
 RANDOM = "random"  # drawn at random in the step, in the loop or a function of the file it calls
-SAME = "same"  # the loop binds nothing: every step trains on the same data (full-batch training)
+SAME = "same"  # every step trains on the same data (full-batch training)
 OUTSIDE = "outside"  # each step's data comes from a call of an object outside the program (an environment)
 
 
@@ -398,7 +399,9 @@ class Loaders:
         """For a loop over a counter (a `range`, an `itertools.count`): where each
         step's data comes from. RANDOM when it takes its batches from a generator of this
         file that draws tensors at random (`torch.randint`, `torch.randn`); SAME when the loop binds
-        no name but its counter, so each step sees the data the previous one did; OUTSIDE
+        no name but its counter, or when every model call of its body is given values that
+        are the same on every iteration (`inputs = torch.from_numpy(x_train)`, then
+        `model(inputs)`), so each step sees the data the previous one did; OUTSIDE
         when a value the loop binds comes from a method of an object that is neither torch's,
         a model, nor of this program (`state, _ = env.reset()`). None when it is none of these
         (a helper of the file that slices a tensor, a project function)."""
@@ -414,7 +417,7 @@ class Loaders:
                 if self.names.is_(draw.func, *TORCH_DRAWS):
                     return StepData(RANDOM, draw)
         bound = self.context.bound_in(loop.body) - self.context.bound_in(loop.target)
-        if not bound:
+        if not bound or self._models_given_the_same(loop):
             return StepData(SAME)
         training = self.context.training
         for call in calls:
@@ -437,6 +440,24 @@ class Loaders:
                 return StepData(OUTSIDE, call)
             return None
         return None
+
+    def _models_given_the_same(self, loop: cst.For) -> bool:
+        """Is every model call of the loop's own body (one at least) given values that are
+        the same on every iteration (`variance`), each as written or, for a name the loop
+        binds, as every binding that reaches it gives it?"""
+        same = variance(self.context)
+        calls = [c for c in self.context.loops.own_calls(loop.body) if self.context.training.is_model(c.func)]
+        for call in calls:
+            for arg in call.args:
+                if same.of(arg.value, loop) is None:
+                    continue
+                sources = self.kinds.value_sources(arg.value) if isinstance(arg.value, cst.Name) else []
+                if not sources or any(
+                    value is None or not self.index.inside(value, loop) or same.of(value, loop) is not None
+                    for value in sources
+                ):
+                    return False
+        return bool(calls)
 
     def library_iterable(self, expr: cst.BaseExpression) -> str | None:
         """The qualified name of the library call (not torch's, not the project's) that every

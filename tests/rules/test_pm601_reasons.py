@@ -161,6 +161,42 @@ def test_an_optimizer_of_tensors_alone_trains_no_model_for_ddp_to_wrap():
     )
 
 
+FULL_BATCH = """\
+import numpy as np
+import torch
+
+x_train = np.random.rand(15, 1).astype(np.float32)
+y_train = (2 * x_train + 1).astype(np.float32)
+model = torch.nn.Linear(1, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+for epoch in range(60):
+    inputs = {inputs}
+    targets = torch.from_numpy(y_train)
+    loss = torch.nn.functional.mse_loss(model(inputs), targets)
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+"""
+
+
+def test_a_loop_that_gives_the_model_the_same_tensors_every_step_is_full_batch_training():
+    assert reason(FULL_BATCH.format(inputs="torch.from_numpy(x_train)")).startswith(
+        "every step trains on the same data (full-batch training: `range(60)` counts the steps"
+    )
+    varying = reason(FULL_BATCH.format(inputs="torch.from_numpy(x_train[epoch % 15 :])"))
+    assert varying.startswith("it cannot tell where the batches of `range(60)` come from")
+
+
+def test_batches_taken_with_next_in_a_loop_over_a_counter_are_named_as_the_reason():
+    source = LOOP.replace(
+        "for epoch in range(3):\n    for x, y in loader:\n",
+        "batches = iter(loader)\nfor step in range(8):\n    if True:\n        x, y = next(batches)\n",
+    )
+    assert reason(source).startswith(
+        "the batches come from `next(batches)` of a DataLoader, taken by hand in a loop over `range(8)`"
+    )
+
+
 def test_epochs_in_a_comprehension_are_the_reason():
     source = (
         LOOP.replace("for epoch in range(3):\n", "def epoch_pass():\n").replace(
