@@ -1097,9 +1097,13 @@ class Training:
                 isinstance(func, cst.Attribute) and self.is_model(func.value) and func.attr.value not in MODULE_METHODS
             ):
                 candidates.append(func.value)
+        built_at: dict[int, cst.CSTNode] = {}  # a model of an optimizer's, where the optimizer is built
         for optimizer in optimizers:
             if optimizer.params is not None:
-                candidates.extend(self.parameter_models(optimizer.params) or ())
+                for model in self.parameter_models(optimizer.params) or ():
+                    candidates.append(model)
+                    if optimizer.call is not None:
+                        built_at.setdefault(id(model), optimizer.call)
         # `self` and `self.net` in a method the loop runs on `module` (`module.training_step(x)`)
         # are that model and a part of it, not other models.
         run_on = {
@@ -1113,7 +1117,22 @@ class Training:
             if code not in found:
                 found.append(code)
                 expressions.append(expr)
-        return tuple(self.model(expr, loop)._replace(owner=self.self_class_of(expr)) for expr in expressions)
+        return tuple(
+            self._loop_model(expr, loop, built_at.get(id(expr)))._replace(owner=self.self_class_of(expr))
+            for expr in expressions
+        )
+
+    def _loop_model(self, expr: cst.BaseExpression, loop, built_at: cst.CSTNode | None) -> Model:
+        """Where the model `expr` is when `loop` runs; for a model of an optimizer the loop's
+        function is handed, spelled where the optimizer is built (`opt = AdamW(model.
+        parameters())` in the `__main__` block, after `model.to(device)`), where it is then:
+        a move after the loop's function is defined is none the loop can see."""
+        found = self.model(expr, loop)
+        function = self.index.first_enclosing(loop, cst.FunctionDef)
+        if found.move is not None or built_at is None or function is None or self.index.inside(expr, function):
+            return found
+        moved = self.model(expr, built_at)
+        return moved if moved.move is not None else found
 
     def self_class_of(self, expr: cst.BaseExpression) -> cst.ClassDef | None:
         """The class whose method `expr` is read in as its `self` or a part of it (`self`,

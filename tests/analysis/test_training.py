@@ -800,3 +800,21 @@ def test_nn_modules_own_methods_are_no_forward_calls():
     calls = {training.code(c.func): training.is_model_call(c) for c in training.index.find(cst.Call)}
     assert calls["model.forward"] is True
     assert not any(calls[f"model.{name}"] for name in ("compile", "type", "to_empty"))
+
+
+def test_a_model_of_the_optimizer_a_function_is_handed_is_where_the_main_block_moves_it():
+    code = (
+        "def train(net, optimizer, device, loader):\n"
+        "    for x, y in loader:\n"
+        "        loss = compute_loss(x, y, net, device)\n"
+        "        optimizer.zero_grad()\n        loss.backward()\n        optimizer.step()\n\n"
+        "if __name__ == '__main__':\n"
+        "    model = Net()\n    model.to(device)\n"
+        "    opt = torch.optim.AdamW(model.parameters())\n"
+        "    train(model, opt, device, loader)\n"
+    )
+    loop, training = only_loop(code)
+    [model] = loop.models
+    assert training.code(model.move) == "model.to(device)" and model.places == {Place.CUDA}
+    loop, _ = only_loop(code.replace("    model.to(device)\n", ""))
+    assert loop.models[0].move is None  # never moved
