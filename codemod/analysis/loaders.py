@@ -444,18 +444,14 @@ class Loaders:
     def _models_given_the_same(self, loop: cst.For) -> bool:
         """Is every model call of the loop's own body (one at least) given values that are
         the same on every iteration (`variance`), each as written or, for a name the loop
-        binds, as every binding that reaches it gives it?"""
+        binds anew, as every binding that reaches it gives it?"""
         same = variance(self.context)
         calls = [c for c in self.context.loops.own_calls(loop.body) if self.context.training.is_model(c.func)]
         for call in calls:
             for arg in call.args:
                 if same.of(arg.value, loop) is None:
                     continue
-                sources = self.kinds.value_sources(arg.value) if isinstance(arg.value, cst.Name) else []
-                if not sources or any(
-                    value is None or not self.index.inside(value, loop) or same.of(value, loop) is not None
-                    for value in sources
-                ):
+                if not isinstance(arg.value, cst.Name) or same.of_bound_anew(arg.value, loop) is not None:
                     return False
         return bool(calls)
 

@@ -10,7 +10,8 @@ place: what may be computed once before the loop instead of once per iteration.
   the file and of the project's modules (`purity`), and conversions of tensors, of invariant parts. `hoisted` maps
   names already moved out of a loop to the loop they now sit in front of.
 - `of_all(exprs, region, hoisted)`, `of_name(name, region, hoisted)`: the same for
-  several expressions, and for a name.
+  several expressions, and for a name; `of_bound_anew(name, region)`: for a name the loop
+  binds anew each iteration, to values the same every time and not changed in place.
 - `aliases(name, region)`: `name` and the names bound in `region` that may share the
   object it holds (`b = a[0]`, `b = a.view(-1)`, `b = [a]`), transitively, followed
   from its bindings through the reads they reach (`Kinds.sources`, `reached_reads`).
@@ -332,6 +333,23 @@ class Variance:
         if self.trained(name):
             return f"`{name.value}` is trained: the optimizer changes it in place every step"
         return None
+
+    def of_bound_anew(self, name: cst.Name, region: cst.CSTNode) -> str | None:
+        """`of_name` for a name the loop `region` binds anew before it reads it: None when
+        every binding that reaches the read is in the loop and gives a value the same on
+        every iteration (`inputs = torch.from_numpy(x_train)`), and nothing there changes
+        that object in place (`prompt = [text]`, then `prompt.append(...)`, is not the same);
+        else why not."""
+        sources = self.context.kinds.value_sources(name)
+        for value in sources:
+            if value is None or not self.context.inside(value, region):
+                return f"`{name.value}` is not bound anew in the loop"
+            varying = self.of(value, region)
+            if varying is not None:
+                return varying
+        if not sources:
+            return f"`{name.value}` is not resolved"
+        return self.in_place_change(name.value, region)
 
     def replaced(self, chain: cst.BaseExpression, region: cst.CSTNode, ahead: cst.For | None = None) -> str | None:
         """Why the object the chain `chain` reads (`self.tok`, `ctx.wrapper.tokenizer`) may be
