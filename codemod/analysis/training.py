@@ -493,6 +493,18 @@ class Training:
                 return True
         return False
 
+    def records_no_graph(self, node: cst.CSTNode) -> bool:
+        """Does `node` run where autograd records no graph: in a `with torch.no_grad():` (or
+        `torch.inference_mode()`) block, or in a function decorated with one, looked for up
+        to the innermost function around it?"""
+        for ancestor in self.index.ancestors(node):
+            if isinstance(ancestor, cst.With) and any(self._grad_free(item.item) for item in ancestor.items):
+                return True
+            if isinstance(ancestor, (cst.FunctionDef, cst.Lambda)):
+                decorators = ancestor.decorators if isinstance(ancestor, cst.FunctionDef) else ()
+                return any(self._grad_free(d.decorator) for d in decorators)
+        return False
+
     def _grad_free(self, expr: cst.BaseExpression) -> bool:
         """`torch.no_grad()`, `torch.inference_mode()` (or the bare decorator)."""
         return self.names.is_(expr.func if isinstance(expr, cst.Call) else expr, *GRAD_FREE_CONTEXTS)
