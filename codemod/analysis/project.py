@@ -624,7 +624,7 @@ class Project:
                 base = base.parent
             bases = [base]
         elif self._is_project_top(parts[0]):
-            bases = self._bases(parts[0])
+            bases = [b for b in (self.root, self.root / "src" if self.root else None, self.folder) if b is not None]
         else:
             return None
         return next((p for p in (_module_file(base, parts[:-1]) for base in bases) if p is not None), None)
@@ -667,22 +667,13 @@ class Project:
         """Is `top` a package or module of the project (at its root, in `src/`, or beside the file)?"""
         known = self._tops.get(top)
         if known is None:
-            known = any((base / top).is_dir() or (base / f"{top}.py").is_file() for base in self._bases(top))
+            known = False
+            for base in (self.root, self.root / "src" if self.root else None, self.folder):
+                if base is not None and ((base / top).is_dir() or (base / f"{top}.py").is_file()):
+                    known = True
+                    break
             self._tops[top] = known
         return known
-
-    def _bases(self, top: str) -> list[Path]:
-        """The folders an import of the package `top` may be read from: the project's root,
-        its `src/`, the file's folder, and the folder above a package named `top` that holds
-        the file (`pkg/lib/tests/test_a.py` imports `lib.a` from `pkg/`, however `pkg/` is
-        put on the path)."""
-        bases = [b for b in (self.root, self.root / "src" if self.root else None, self.folder) if b is not None]
-        for folder in (self.folder, *self.folder.parents) if self.folder is not None else ():
-            if folder == self.root:
-                break
-            if folder.name == top and (folder / "__init__.py").is_file():
-                bases.append(folder.parent)
-        return bases
 
     # -- the modules that import this one ------------------------------------------------
 

@@ -236,53 +236,6 @@ def test_a_file_without_project_imports_reads_no_other_file(tmp_path):
     assert [f.applied for f in result.findings if f.code == "PM101"] == [True]
 
 
-ROWS = """\
-from torch.utils.data import Dataset
-
-
-class Rows(Dataset):
-    def __init__(self, x, y):
-        self.x, self.y = x, y
-
-    def __getitem__(self, i):
-        return self.x[i], self.y[i]
-
-    def __len__(self):
-        return len(self.y)
-"""
-ROWS_TEST = """\
-import torch
-from torch.utils.data import DataLoader
-
-from lib.rows import Rows
-
-
-def test_training():
-    loader = DataLoader(Rows(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8)
-    model = torch.nn.Linear(8, 1)
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    for x, y in loader:
-        torch.nn.functional.mse_loss(model(x), y).backward()
-        opt.step()
-"""
-
-
-def test_a_file_inside_a_package_reads_that_package_from_the_folder_above_it(tmp_path):
-    # The package lives in `src_pkg/` (as `package-dir` may say), not at the root nor in `src/`.
-    root = _project(
-        tmp_path,
-        {"src_pkg/lib/__init__.py": "", "src_pkg/lib/rows.py": ROWS, "src_pkg/lib/tests/test_rows.py": ROWS_TEST},
-    )
-    test = root / "src_pkg" / "lib" / "tests" / "test_rows.py"
-    context = FileContext.of_source(test.read_text(), str(test))
-    assert project_of(context).imports_project()
-    [rows] = [c for c in context.index.find(cst.Call) if context.source(c.func) == "Rows"]
-    _, classdef = project_of(context).class_of(rows.func)
-    assert classdef.name.value == "Rows"
-    [report] = [f for f in _check(test, "PM201").findings]
-    assert "only indexes tensors the training process already holds" in report.message
-
-
 # -- type annotations ------------------------------------------------------------------
 
 
