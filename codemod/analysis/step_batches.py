@@ -445,8 +445,9 @@ class StepBatches:
             return NotDistributable(
                 loop.iter,
                 f"the batches come from `{self.context.source(fetched.fetch)}` of a DataLoader, taken by hand in "
-                f"a loop over `{shown}`; PM601 splits the batches of a `for` loop over the DataLoader, or of a "
-                "`while` loop that takes them with `next()`: loop over the DataLoader itself",
+                f"a loop over `{shown}`; PM601 splits the batches of a `for` loop over the DataLoader, of "
+                "`next(it)` of `it = iter(loader)` in a `while` loop, or of `next()` of a generator of this file "
+                "that cycles the loader: loop over the DataLoader itself",
             )
         if isinstance(loop, cst.While):
             return NotDistributable(
