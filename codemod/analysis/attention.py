@@ -1191,10 +1191,33 @@ class _Chain:
         ]
         for read in sorted(intermediate_reads, key=context.index.order):  # the first read is reported
             if not any(context.inside(read, s) for s in chain):
+                guard = self._masked_under(read)
+                if guard is not None:
+                    raise NotAttention(
+                        f"`{name}` is masked in place only when `{context.source(guard.test)}` (line "
+                        f"{context.line(guard)}): SDPA would take that mask as `attn_mask` or `is_causal`, which "
+                        "perfmod does not pass under a condition"
+                    )
                 raise NotAttention(
                     f"the attention weights `{name}` are also read on line {context.line(read)} "
                     "(SDPA does not return them)"
                 )
+
+    def _masked_under(self, read: cst.Name) -> cst.If | None:
+        """The `if` (without `else`) whose block holds `read.masked_fill_(mask, value)` as a
+        statement of its own: scores masked only when its test holds."""
+        context = self.reader.context
+        method = context.parents.get(read)
+        call = context.parents.get(method)
+        if not (
+            isinstance(method, cst.Attribute)
+            and method.attr.value == "masked_fill_"
+            and isinstance(call, cst.Call)
+            and isinstance(context.parents.get(call), cst.Expr)
+        ):
+            return None
+        guard = context.index.block_owner(context.index.statement_of(call))
+        return guard if isinstance(guard, cst.If) and guard.orelse is None else None
 
     def _check_links_read_once(self, chain: list, links: set[str]) -> None:
         """The chain's statements read each intermediate once (the reads the chain

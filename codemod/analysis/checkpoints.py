@@ -15,8 +15,9 @@ module of the project called in the loop.
   checkpointer does not take, a path that may be an open file, a whole module saved, a small
   checkpoint saved less than every step, a save guarded by `local_rank == 0`, a path named
   per rank, state sharded across ranks, a file used after the save), or `NotACheckpoint` for
-  a save that writes no checkpoint file (an `io.BytesIO`) or has nothing to overlap with (a
-  `return` right after it);
+  a save that writes no checkpoint file (an `io.BytesIO`) or has nothing to overlap with
+  (`ends_after`: a `return` right after it, or the `break` that ends the loop, also a later
+  `if last_step: break` on the test the save ran under);
 - `later_use(path, statement, loop)`: a use of the saved file that may run before a
   background write of it is done (after the save, or anywhere in the loop: the next
   iteration); `plan` also counts a use in another function the loop runs (a callback's
@@ -33,7 +34,8 @@ module of the project called in the loop.
 - `in_one_loop(saves)`: a background save to a path a synchronous save of the same loop
   writes stays synchronous;
 - `wrapper_plan(call, function)`: the `Save` that runs a project checkpoint function in the
-  background, or `Synchronous` with the reason it may not.
+  background, or `Synchronous` with the reason it may not, or `NotACheckpoint` for the final
+  save.
 
 Which calls save and which libraries write their own formats are torch facts
 (torch_facts: TORCH_SAVES, SAVE_FUNCTIONS, SAVE_METHODS, SHARDED_STATE, ...); what a
@@ -171,9 +173,12 @@ class Checkpoints:
         project's answer for `call`): a `Save` that runs it in the checkpointer's thread on a
         snapshot of its arguments (it only writes files and prints, and nothing uses its files
         before the loop ends, or only under an `if`, after a flush); `Synchronous` raised with
-        the reason it may not; None when no training loop of its own function holds the call."""
-        reader = self.path_read_later(call)
+        the reason it may not; `NotACheckpoint` for the final save (`ends_after`); None when no
+        training loop of its own function holds the call."""
         loop = self.training_loop(call)
+        if loop is not None and self.ends_after(self.context.index.statement_of(call), loop):
+            raise NotACheckpoint  # the final save: nothing runs after it to overlap with
+        reader = self.path_read_later(call)
         flushes = self.wrapper_flush_points(call, loop) if reader is not None and loop is not None else None
         if reader is not None and not flushes:
             raise Synchronous(
@@ -224,10 +229,14 @@ class Checkpoints:
         statement = self.context.index.statement_of(call)
         if self.rank_guard(statement) is not None:
             return "it runs on the first process of each node, and AsyncCheckpointer writes on global rank 0 only"
+        # A rank among the arguments, wherever it is passed, is a certain reason: it comes
+        # before what perfmod cannot tell of an argument passed before it.
         for arg in call.args:
-            rank = next((n for n in self.context.index.find(cst.Name, within=arg) if RANK_NAME.search(n.value)), None)
+            named = [*self.context.index.find(cst.Name, within=arg.value), *([arg.keyword] if arg.keyword else [])]
+            rank = next((n for n in named if RANK_NAME.search(n.value)), None)  # `ddp_rank` of `rank=ddp_rank`
             if rank is not None:
                 return f"its arguments depend on `{rank.value}`, and AsyncCheckpointer writes on rank 0 only"
+        for arg in call.args:
             problem = self.object_problem(arg.value)
             if problem is not None:
                 return problem
@@ -348,7 +357,7 @@ class Checkpoints:
     def plan(self, call: cst.Call, loop: cst.CSTNode | None, helper: cst.FunctionDef | None = None, sites=()) -> Save:
         obj_arg, file_arg = self._save_arguments(call)
         line = self._own_line(call)
-        if helper is None and _ends_after(self.context.parents, line, loop):
+        if helper is None and self.ends_after(line, loop):
             raise NotACheckpoint  # the final save: nothing runs after it to overlap with
         statement, path = self._written_path(file_arg.value, line)
         self._check_writer_fits(obj_arg.value, statement, path)
@@ -372,6 +381,63 @@ class Checkpoints:
                 f"`{self._code(extra[0]).rstrip(', ')}` is an argument AsyncCheckpointer.save does not take"
             )
         return obj_arg, file_arg
+
+    def ends_after(self, statement: cst.CSTNode, loop: cst.CSTNode | None) -> bool:
+        """Does the code end right after `statement` (a save: the final one, nothing runs
+        after it to overlap with): a `return` follows it in its block, or in a block of an
+        `if` around it, or a `break` does that ends `loop` (`if last_step: torch.save(...)`
+        then `break`), or a later `if` of the test of an `if` whose body holds it, that
+        breaks out of `loop` (`if last_step: save(...)`, later `if last_step: break`), none
+        of the test's names bound again and no `continue` of `loop` in between?"""
+        parents = self.context.parents
+        node, tests, between = statement, [], []
+        while True:
+            block = parents.get(node)
+            if not isinstance(block, cst.IndentedBlock):
+                return False
+            statements = list(block.body)
+            for following in statements[statements.index(node) + 1 :]:
+                first = following.body[0] if isinstance(following, cst.SimpleStatementLine) else None
+                if isinstance(first, cst.Return):
+                    return True
+                if isinstance(first, cst.Break):
+                    return _innermost_loop(parents, block) is loop  # else it ends another loop
+                if isinstance(following, cst.If) and self._breaks_on(following, tests, between, loop):
+                    return True
+                between.append(following)
+            owner = parents.get(block)
+            if isinstance(owner, cst.If) and owner.body is block and self._steady_test(owner.test):
+                tests.append(owner.test)
+            while isinstance(owner, (cst.If, cst.Else)) and not isinstance(parents.get(owner), cst.IndentedBlock):
+                owner = parents.get(owner)  # up an `elif` chain to its first `if`
+            if not isinstance(owner, cst.If):
+                return False
+            node = owner
+
+    def _steady_test(self, test: cst.BaseExpression) -> bool:
+        """A test of names alone (`last_step`, `step == total`): it holds again as long as
+        none of them is bound again."""
+        return not self.context.index.find((cst.Call, cst.Attribute, cst.Subscript), within=test)
+
+    def _breaks_on(self, statement: cst.If, tests: list, between: list, loop: cst.CSTNode | None) -> bool:
+        """Is `statement` an `if` of one of `tests` whose body starts with the `break` of
+        `loop`, with nothing in `between` that binds a name of that test or continues `loop`?"""
+        first = statement.body.body[0] if isinstance(statement.body, cst.IndentedBlock) else None
+        if not (
+            isinstance(first, cst.SimpleStatementLine)
+            and isinstance(first.body[0], cst.Break)
+            and _innermost_loop(self.context.parents, statement) is loop
+            and any(statement.test.deep_equals(test) for test in tests)
+        ):
+            return False
+        read = {name.value for name in self.context.index.find(cst.Name, within=statement.test)}
+        for passed in between:
+            if self.context.bound_in(passed) & read:
+                return False
+            continues = self.context.index.find(cst.Continue, within=passed)
+            if any(_innermost_loop(self.context.parents, node) is loop for node in continues):
+                return False
+        return True
 
     def _own_line(self, call: cst.Call) -> cst.SimpleStatementLine:
         """The line of a save that is a statement of its own."""
@@ -793,30 +859,6 @@ def _binding_statement(parents, target: cst.CSTNode) -> cst.CSTNode:
 def file_argument(call: cst.Call) -> cst.Arg | None:
     """The `f` argument of `torch.save(obj, f)`."""
     return kwarg(call, "f") or positional(call, 1)
-
-
-def _ends_after(parents, line: cst.SimpleStatementLine, loop: cst.CSTNode | None) -> bool:
-    """Does the code end right after `line`: a `return` follows it in its block, or in a
-    block of an `if` around it, or a `break` does that ends `loop` (`if last_step:
-    torch.save(...)` then `break`)?"""
-    node: cst.CSTNode = line
-    while True:
-        block = parents.get(node)
-        if not isinstance(block, cst.IndentedBlock):
-            return False
-        statements = list(block.body)
-        for following in statements[statements.index(node) + 1 :]:
-            first = following.body[0] if isinstance(following, cst.SimpleStatementLine) else None
-            if isinstance(first, cst.Return):
-                return True
-            if isinstance(first, cst.Break):
-                return _innermost_loop(parents, block) is loop  # else it ends another loop
-        owner = parents.get(block)
-        while isinstance(owner, (cst.If, cst.Else)) and not isinstance(parents.get(owner), cst.IndentedBlock):
-            owner = parents.get(owner)  # up an `elif` chain to its first `if`
-        if not isinstance(owner, cst.If):
-            return False
-        node = owner
 
 
 def _innermost_loop(parents, node: cst.CSTNode) -> cst.CSTNode | None:

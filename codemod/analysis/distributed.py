@@ -29,11 +29,13 @@ from codemod.analysis.names import kwarg, names_read, sole_definition
 from codemod.analysis.project import project_of
 from codemod.analysis.torch_facts import (
     CHECKPOINTERS,
+    MODEL_ZOOS,
     PER_PROCESS_ENVIRONMENT,
     PER_PROCESS_MODULES,
     PER_PROCESS_SOURCES,
     SAVE_FUNCTIONS,
     TORCH_DRAWS,
+    ZOO_MODELS_WITHOUT_BATCH_NORM,
 )
 from codemod.analysis.torch_ops import LEGACY_REDUCTION_KEYWORDS, Category, methods
 
@@ -136,8 +138,6 @@ BATCH_NORMS = {
     for prefix in ("torch.nn", "torch.nn.modules.batchnorm")
     for name in ("BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "LazyBatchNorm1d", "LazyBatchNorm2d", "LazyBatchNorm3d")
 }
-# Model zoos whose models (ResNets, EfficientNets, ...) mostly hold BatchNorm layers.
-BATCH_NORM_ZOOS = ("torchvision.models",)
 
 # Random draws, by the generator they draw from.
 SEEDS = {
@@ -347,10 +347,12 @@ def calls_named(context: FileContext, qualified: set[str], prefixes: tuple[str, 
 
 
 def batch_norms(context: FileContext) -> list[cst.Call]:
-    """BatchNorm layers the file builds, and models of zoos that hold them."""
-    if "BatchNorm" not in context.code and not any(zoo.split(".")[0] in context.code for zoo in BATCH_NORM_ZOOS):
+    """BatchNorm layers the file builds, and models of zoos that may hold them (all but
+    those known to hold none: `torchvision.models.vgg19`)."""
+    if "BatchNorm" not in context.code and not any(zoo.split(".")[0] in context.code for zoo in MODEL_ZOOS):
         return []
-    return calls_named(context, BATCH_NORMS, BATCH_NORM_ZOOS)
+    found = calls_named(context, BATCH_NORMS, MODEL_ZOOS)
+    return [call for call in found if not context.names.is_(call.func, *ZOO_MODELS_WITHOUT_BATCH_NORM)]
 
 
 def sparse_embeddings(context: FileContext) -> list[cst.Call]:

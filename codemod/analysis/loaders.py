@@ -32,6 +32,7 @@ from codemod.analysis.names import is_none, kwarg, method_name, names_read, numb
 from codemod.analysis.project import BatchUse, Function, Site, project_of
 from codemod.analysis.torch_facts import (
     ARGUMENTS_IN_ORDER_SETUP_METHODS,
+    BATCH_PLACING_ENGINES,
     DATASETS_OF_DATASETS,
     DEFAULT_COLLATES,
     GET_WORKER_INFO,
@@ -55,6 +56,7 @@ from codemod.analysis.torch_facts import (
     TORCH_DRAWS,
 )
 from codemod.analysis.values import DEVICE_NAME, PASS_THROUGH_ITERABLES, Kind, Place
+from codemod.analysis.variance import variance
 
 if TYPE_CHECKING:
     from codemod.context import FileContext
@@ -98,11 +100,16 @@ def memoized(method):
         if key not in self._memo:
             result = method(self, *args)
             if isinstance(result, list):  # the same node found along many paths: keep it once
-                result = list({id(item): item for item in result}.values())
+                result = list({_identity(item): item for item in result}.values())
             self._memo[key] = result
         return self._memo[key]
 
     return cached
+
+
+def _identity(item) -> object:
+    """A found node's identity, or a tuple's of nodes (a loader with its set-up call)."""
+    return tuple(map(id, item)) if isinstance(item, tuple) else id(item)
 
 
 def _key(argument):
@@ -125,6 +132,9 @@ class Feed(NamedTuple):
         cst.BaseExpression
     )  # what binds the loader's batches: (part of) the loop target, or `x, y` of `x, y = next(it)`
     fetch: cst.Call | None = None  # the `next(it)` call, for a loop that fetches its batches
+    # The set-up call on the way from the loader to the loop that puts each batch on the
+    # device inside `next()` (`dl = accelerator.prepare(dl)`; `placing_setup`), if any.
+    placed: cst.Call | None = None
 
 
 class DeviceCopy(NamedTuple):
@@ -233,7 +243,7 @@ class ListBatch(NamedTuple):
 
 
 RANDOM = "random"  # drawn at random in the step, in the loop or a function of the file it calls
-SAME = "same"  # the loop binds nothing: every step trains on the same data (full-batch training)
+SAME = "same"  # every step trains on the same data (full-batch training)
 OUTSIDE = "outside"  # each step's data comes from a call of an object outside the program (an environment)
 
 
@@ -303,8 +313,8 @@ class Loaders:
             if not self._may_use_batches(fed):
                 continue
             for iterable, target in self.iterated(loop.iter, loop.target):
-                for loader in self.sources(iterable, (), 0):
-                    found.append(Feed(loader, fed, target))
+                for loader, placed in self._placed_sources(iterable, (), 0):
+                    found.append(Feed(loader, fed, target, placed=placed))
         for call in self.index.find(cst.Call):
             if not (
                 isinstance(call.func, cst.Name)
@@ -318,8 +328,9 @@ class Loaders:
                 continue
             statement = self.context.parents.get(call)
             assigned = isinstance(statement, cst.Assign) and statement.value is call and len(statement.targets) == 1
-            for loader in self.sources(call.args[0].value, (), 0):
-                found.append(Feed(loader, loop, statement.targets[0].target if assigned else call, call))
+            for loader, placed in self._placed_sources(call.args[0].value, (), 0):
+                target = statement.targets[0].target if assigned else call
+                found.append(Feed(loader, loop, target, call, placed))
         return found
 
     @functools.cached_property
@@ -388,7 +399,9 @@ class Loaders:
         """For a loop over a counter (a `range`, an `itertools.count`): where each
         step's data comes from. RANDOM when it takes its batches from a generator of this
         file that draws tensors at random (`torch.randint`, `torch.randn`); SAME when the loop binds
-        no name but its counter, so each step sees the data the previous one did; OUTSIDE
+        no name but its counter, or when every model call of its body is given values that
+        are the same on every iteration (`inputs = torch.from_numpy(x_train)`, then
+        `model(inputs)`), so each step sees the data the previous one did; OUTSIDE
         when a value the loop binds comes from a method of an object that is neither torch's,
         a model, nor of this program (`state, _ = env.reset()`). None when it is none of these
         (a helper of the file that slices a tensor, a project function)."""
@@ -404,7 +417,7 @@ class Loaders:
                 if self.names.is_(draw.func, *TORCH_DRAWS):
                     return StepData(RANDOM, draw)
         bound = self.context.bound_in(loop.body) - self.context.bound_in(loop.target)
-        if not bound:
+        if not bound or self._models_given_the_same(loop):
             return StepData(SAME)
         training = self.context.training
         for call in calls:
@@ -427,6 +440,20 @@ class Loaders:
                 return StepData(OUTSIDE, call)
             return None
         return None
+
+    def _models_given_the_same(self, loop: cst.For) -> bool:
+        """Is every model call of the loop's own body (one at least) given values that are
+        the same on every iteration (`variance`), each as written or, for a name the loop
+        binds anew, as every binding that reaches it gives it?"""
+        same = variance(self.context)
+        calls = [c for c in self.context.loops.own_calls(loop.body) if self.context.training.is_model(c.func)]
+        for call in calls:
+            for arg in call.args:
+                if same.of(arg.value, loop) is None:
+                    continue
+                if not isinstance(arg.value, cst.Name) or same.of_bound_anew(arg.value, loop) is not None:
+                    return False
+        return bool(calls)
 
     def library_iterable(self, expr: cst.BaseExpression) -> str | None:
         """The qualified name of the library call (not torch's, not the project's) that every
@@ -467,36 +494,82 @@ class Loaders:
     def sources(self, expr: cst.BaseExpression, path: tuple[int, ...], depth: int) -> list[cst.Call]:
         """The DataLoader constructions `expr` may evaluate to; `path` indexes into
         tuples on the way (`train, val = make_loaders()` takes element 0 or 1)."""
+        return [loader for loader, _ in self._placed_sources(expr, path, depth)]
+
+    def placing_setup(self, expr: cst.BaseExpression) -> cst.Call | None:
+        """The set-up call that puts each batch of `expr` on the device inside `next()`, on
+        every way from `expr` to the loaders it may be (`loader = accelerator.prepare(dl)`,
+        `places_batches`): a copy of its batches to the device copies nothing. None when a
+        way has none, or no loader is found."""
+        found = self._placed_sources(expr, (), 0)
+        placed = [setup for _, setup in found]
+        return placed[0] if placed and all(setup is not None for setup in placed) else None
+
+    @memoized
+    def _placed_sources(
+        self, expr: cst.BaseExpression, path: tuple[int, ...], depth: int
+    ) -> list[tuple[cst.Call, cst.Call | None]]:
+        """`sources`, each with the set-up call on the way that places its batches on the
+        device (`places_batches`), or None."""
         if depth > MAX_DEPTH:
             return []
         if isinstance(expr, (cst.Tuple, cst.List)) and path:
             if path[0] >= len(expr.elements) or any(isinstance(e, cst.StarredElement) for e in expr.elements):
                 return []
-            return self.sources(expr.elements[path[0]].value, path[1:], depth + 1)
+            return self._placed_sources(expr.elements[path[0]].value, path[1:], depth + 1)
         if isinstance(expr, cst.Call):
             if id(expr) in self._ids:
-                return [] if path else [expr]
+                return [] if path else [(expr, None)]
             through = self._looked_through(expr)
             if through is not None:
-                return self.sources(through, path, depth + 1)
-            handed, path = self._handed_back(expr, path)
+                return self._placed_sources(through, path, depth + 1)
+            handed, inner = self._handed_back(expr, path)
             if handed is not None:
-                return self.sources(handed, path, depth + 1)
+                found = self._placed_sources(handed, inner, depth + 1)
+                return [(loader, expr) for loader, _ in found] if self.places_batches(expr) else found
             function = self.kinds.local_callee(expr)
             if function is None:
-                return self._project_sources(expr, path, depth)
-            return [found for value in self.kinds.returned(function) for found in self.sources(value, path, depth + 1)]
+                return [(loader, None) for loader in self._project_sources(expr, path, depth)]
+            return [
+                found
+                for value in self.kinds.returned(function)
+                for found in self._placed_sources(value, path, depth + 1)
+            ]
         if isinstance(expr, cst.Name):
             bound = self.bound_values(expr)
             if not bound and not path:
-                return self._annotated_loader(expr)
-            return [found for source, inner in bound for found in self.sources(source, inner + path, depth + 1)]
+                return [(loader, None) for loader in self._annotated_loader(expr)]
+            return [found for source, inner in bound for found in self._placed_sources(source, inner + path, depth + 1)]
         if isinstance(expr, cst.Attribute):  # `self.train_loader`, assigned in another method
             values = self.kinds.attribute_values(expr) or []
-            return [found for value in values for found in self.sources(value, path, depth + 1)]
+            return [found for value in values for found in self._placed_sources(value, path, depth + 1)]
         if isinstance(expr, cst.IfExp):
-            return self.sources(expr.body, path, depth + 1) + self.sources(expr.orelse, path, depth + 1)
+            return self._placed_sources(expr.body, path, depth + 1) + self._placed_sources(expr.orelse, path, depth + 1)
         return []
+
+    def places_batches(self, call: cst.Call) -> bool:
+        """Does the set-up call `call` hand back loaders that put each batch on the engine's
+        device inside `next()` (torch_facts.BATCH_PLACING_ENGINES): `accelerator.prepare(dl)`
+        of every Accelerator `accelerator` may be, its `device_placement` not passed, or
+        passed `True`; Fabric's `fabric.setup_dataloaders(dl)`? (The loaders such a call
+        hands back are followed only where it passes no keyword, which could turn the
+        placement off: `move_to_device=False`.)"""
+        if not isinstance(call.func, cst.Attribute):
+            return False
+        engines = self.kinds.bound_values(call.func.value) or []
+        for engine in engines:
+            known = self.names.of(engine.func) & BATCH_PLACING_ENGINES.keys() if isinstance(engine, cst.Call) else set()
+            placement = BATCH_PLACING_ENGINES[min(known)] if known else None
+            if placement is None or placement.method != call.func.attr.value:
+                return False
+            if placement.engine_keyword is None:
+                continue
+            passed = kwarg(engine, placement.engine_keyword)
+            if passed is not None and not (isinstance(passed.value, cst.Name) and passed.value.value == "True"):
+                return False
+            if passed is None and any(arg.star == "**" for arg in engine.args):
+                return False
+        return bool(engines)
 
     def _may_feed_from_elsewhere(self) -> bool:
         """Can a loop of this file get its batches from a loader built elsewhere: a parameter

@@ -11,7 +11,8 @@ loop's optimizers and models of `context.training`).
   function the model passes through spells it (`handles`: the training function's
   parameter, a global read by a function called once); `m = model.to(device)` with the
   loop running `m` is followed to `m`. Raises NotDistributable with the true reason: the
-  loop trains several models, the model is built in a compound statement or in several
+  loop trains several models or only tensors made to be trained (no model for DDP to wrap),
+  the model is built in a compound statement or in several
   methods, passed through a function called more than once, bound again after it is built,
   or run under a second name too (and, for a loop over batches of a library, not of a
   DataLoader, that those could not be split either);
@@ -229,12 +230,34 @@ class ModelSites:
         if len(models) == 1 or (trained and models and models[0] == trained[0]):
             self._check_own(loop, models[0], loop.models[0].owner)
             return models[0]
+        tensors = self._trained_tensors(loop) if not trained and not models else None
+        if tensors:
+            raise NotDistributable(
+                loop.loop,
+                f"the optimizer trains tensors ({', '.join(f'`{t}`' for t in tensors)}), not the parameters of "
+                "a model: there is no model for DistributedDataParallel to wrap",
+            )
         raise NotDistributable(
             loop.loop,
             "it cannot tell which model this loop trains"
             if not models
             else f"it cannot tell which of {', '.join(f'`{m}`' for m in models)} the optimizer trains",
         )
+
+    def _trained_tensors(self, loop) -> list[str]:
+        """How the loop spells the tensors its optimizers train, when every part of their
+        parameters is a tensor made to be trained (`target.requires_grad_(True)`), none a
+        model's; empty otherwise."""
+        placement = self.context.training.placement
+        found: list[str] = []
+        for optimizer in loop.optimizers:
+            if optimizer.params is None or optimizer.call is None:
+                return []
+            parameters = placement.parameters(optimizer.params, optimizer.call)
+            if parameters.sites is None or any(part not in parameters.tensors for part, _ in parameters.sites):
+                return []
+            found += [self._src(part) for part, _ in parameters.sites if self._src(part) not in found]
+        return found
 
     def _check_own(self, loop, code: str, owner: cst.ClassDef | None) -> None:
         """Raises when the model is `self.x` of another class than the one whose method runs

@@ -451,8 +451,12 @@ class SampleLoops:
 
     def collected_losses(self, node: cst.For) -> Collected | None:
         """(L, its use) for a loop without backward that ends `L.append(<loss>)`, with
-        `L = []` right before it and `torch.stack(L)` / `sum(L)` its one use after."""
+        `L = []` right before it and `torch.stack(L)` / `sum(L)` its one use after; None
+        where autograd records no graph (`@torch.no_grad()`): those losses are scores, and
+        no backward runs through them."""
         if not isinstance(node.body, cst.IndentedBlock) or not node.body.body:
+            return None
+        if self.context.training.records_no_graph(node):
             return None
         last = node.body.body[-1]
         if not (

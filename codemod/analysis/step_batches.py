@@ -418,7 +418,8 @@ class StepBatches:
         """Why the batches of a step loop that no DataLoader of this file feeds cannot be
         split over the ranks: drawn at random in a way no share is taken of, the same data
         every step, data from outside a dataset, a loader another module builds or one built
-        anew on each pass, or a source this analysis does not follow."""
+        anew on each pass, batches a `for` loop over a counter takes with `next()` of a
+        DataLoader, or a source this analysis does not follow."""
         shown = self.context.source(getattr(loop, "iter", loop)).strip()
         data = self.fetched_draw(loop) if isinstance(loop, cst.While) else self.context.loaders.step_data(loop)
         if data is not None:
@@ -438,6 +439,15 @@ class StepBatches:
                 f"the batches of `{shown}` come from what line {self.context.line(rebuilt)} builds anew on "
                 "each pass of the loop around it; PM601 splits the batches of one DataLoader built once: "
                 "build it before that loop",
+            )
+        fetched = next((f for f in self.context.loaders.feeds if f.loop is loop and f.fetch is not None), None)
+        if fetched is not None and isinstance(loop, cst.For):
+            return NotDistributable(
+                loop.iter,
+                f"the batches come from `{self.context.source(fetched.fetch)}` of a DataLoader, taken by hand in "
+                f"a loop over `{shown}`; PM601 splits the batches of a `for` loop over the DataLoader, of "
+                "`next(it)` of `it = iter(loader)` in a `while` loop, or of `next()` of a generator of this file "
+                "that cycles the loader: loop over the DataLoader itself",
             )
         if isinstance(loop, cst.While):
             return NotDistributable(

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
+from typing import NamedTuple
 
 import libcst as cst
 
@@ -156,6 +157,8 @@ MODULE_METHODS_IN_PLACE = module_methods(keeps_place=True)
 MODULE_METHODS_RETURNING_SELF = module_methods(returns_self=True)
 # Module methods that hand out its submodules (`for m in model.modules():`).
 SUBMODULE_METHODS = module_methods(submodules=True)
+# Module methods that hand out its parameters or buffers (`for p in model.parameters():`).
+MODULE_TENSOR_METHODS = module_methods(tensors=True)
 # Module methods that set an attribute by name (`register_buffer("mask", mask)` makes
 # `self.mask`): method -> the keyword of the value they set.
 MODULE_ATTRIBUTE_SETTERS = {m.name: m.sets for m in NN_MODULE_METHODS.values() if m.sets is not None}
@@ -259,6 +262,8 @@ DETERMINISTIC_FACTORIES = functions(Category.FACTORY, random=False, uninitialize
 # with nothing to do), and attributes that are such views.
 SHARING_METHODS = methods(shares=True)
 SHARING_ATTRIBUTES = attributes(shares=True)
+# Tensor attributes whose assignment replaces the tensor's contents, dtype included (`p.data = ...`).
+REPLACING_ATTRIBUTES = attributes(replaces_tensor=True)
 # Tensor methods whose result always shares the receiver's storage (its memory, pinned or not).
 VIEW_METHODS = methods(Category.VIEW)
 # ... and those whose result is always a view of it, whatever the device and dtype (views
@@ -820,6 +825,18 @@ CROP_TRANSFORMS = frozenset({"torchvision.transforms.CenterCrop", "torchvision.t
 # right, top and bottom), or (left, top, right, bottom).
 PADDING_TRANSFORMS = frozenset({"torchvision.transforms.Pad"})
 
+# torchvision's model zoo: its models (ResNets, EfficientNets, MobileNets, DenseNets, ...)
+# mostly hold BatchNorm layers; these builders' hold none (VGG without `_bn`, AlexNet,
+# SqueezeNet; the vision transformers, Swin and ConvNeXt normalise with LayerNorm).
+MODEL_ZOOS = ("torchvision.models",)
+ZOO_MODELS_WITHOUT_BATCH_NORM = frozenset(
+    f"torchvision.models.{name}"
+    for name in (
+        "alexnet vgg11 vgg13 vgg16 vgg19 squeezenet1_0 squeezenet1_1 vit_b_16 vit_b_32 vit_l_16 vit_l_32 vit_h_14 "
+        "swin_t swin_s swin_b swin_v2_t swin_v2_s swin_v2_b convnext_tiny convnext_small convnext_base convnext_large"
+    ).split()
+)
+
 # -- training libraries (Accelerate, Lightning, Hugging Face) ------------------------------
 
 # Objects whose `.backward(loss)` runs the backward pass and that own the training's mixed
@@ -888,6 +905,28 @@ DEVICE_CHOOSING_SETUP_METHODS = frozenset({"prepare", "setup", "initialize"})
 # order given: `model, opt, loader = accelerator.prepare(model, opt, loader)` iterates the
 # same batches the DataLoader built before it gives (its settings kept).
 ARGUMENTS_IN_ORDER_SETUP_METHODS = frozenset({"prepare", "setup_dataloaders"})
+
+
+class BatchPlacement(NamedTuple):
+    """A set-up method whose DataLoader puts each batch on the engine's device inside `next()`."""
+
+    method: str  # `prepare` of `accelerator.prepare(loader)`
+    engine_keyword: str | None  # the engine constructor's keyword that may turn it off
+
+
+# Engines (by their constructor) whose set-up call hands back a DataLoader that places each
+# batch on the engine's device itself: Accelerate's `prepare` (`device_placement`, on by
+# default, on the Accelerator and per call), Fabric's `setup_dataloaders` (`move_to_device`,
+# on by default, per call). A `.to(device)` of such a batch in the step copies nothing.
+BATCH_PLACING_ENGINES = {
+    **dict.fromkeys(
+        ("accelerate.Accelerator", "accelerate.accelerator.Accelerator"), BatchPlacement("prepare", "device_placement")
+    ),
+    **dict.fromkeys(
+        ("lightning.Fabric", "lightning.fabric.Fabric", "lightning_fabric.Fabric"),
+        BatchPlacement("setup_dataloaders", None),
+    ),
+}
 
 # -- perfmod's runtime ---------------------------------------------------------------------
 

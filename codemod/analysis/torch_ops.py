@@ -345,6 +345,9 @@ class Attr(NamedTuple):
     shares: bool = False  # it is a view of the tensor's storage
     dtype: str | None = None  # KEPT: a tensor of the tensor's dtype; None: its dtype depends
     recurrence: bool = False  # as `Op.recurrence`
+    # Assigning it replaces the tensor's contents in place, dtype included: `p.data = p.data.half()`
+    # makes the parameter `p` itself float16.
+    replaces_tensor: bool = False
 
 
 def _ops(category: Category, names: str, *, prefixes: Iterable[str] = ("torch.",), **facts) -> list[Op]:
@@ -737,7 +740,7 @@ OPS: dict[str, Op] = {op.name: op for op in ENTRIES}  # one entry a name (tested
 ATTRIBUTES: dict[str, Attr] = {
     METHOD + attr.name: attr
     for attr in (
-        Attr("data", Category.CAST, shares=True, dtype=KEPT),
+        Attr("data", Category.CAST, shares=True, dtype=KEPT, replaces_tensor=True),
         *(Attr(name, Category.VIEW, shares=True, dtype=KEPT) for name in ("T", "H", "mH")),
         Attr("mT", Category.VIEW, shares=True, dtype=KEPT, recurrence=True),
         *(Attr(name, Category.VIEW, shares=True) for name in ("real", "imag")),  # a complex tensor's: real
@@ -769,6 +772,9 @@ class ModuleMethod(NamedTuple):
     # It hands out the module's submodules (the module too, for `modules()`), named or not:
     # an attribute set on one of them is set on the module's tree.
     submodules: bool = False
+    # It hands out the module's own tensors, its parameters or buffers (named or not): one
+    # replaced in place (`p.data = ...`) is replaced in the module.
+    tensors: bool = False
 
 
 def _module_methods(names: str, **facts) -> list[ModuleMethod]:
@@ -791,6 +797,7 @@ _MODULE_CROSSING: list[tuple[str, dict[str, object]]] = [
     ("compile", {"compiles": True}),
     ("forward", {"runs_forward": True}),
     ("modules named_modules children named_children get_submodule", {"submodules": True}),
+    ("parameters named_parameters buffers named_buffers get_parameter get_buffer", {"tensors": True}),
 ]
 
 _MODULE_METHODS = [

@@ -80,7 +80,9 @@ from codemod.analysis.torch_facts import (
     MODULE_METHODS,
     NO_TORCH_MODULES,
     PRECISION_OWNERS,
+    REPLACING_ATTRIBUTES,
     RUNTIME_WITHOUT_PRODUCTS,
+    SUBMODULE_METHODS,
     SYNC_METHODS,
     TRAINER_PLACED_MODULES,
     module_of_chain,
@@ -489,6 +491,18 @@ class Training:
                 if self.index.inside(around, function)
             ):
                 return True
+        return False
+
+    def records_no_graph(self, node: cst.CSTNode) -> bool:
+        """Does `node` run where autograd records no graph: in a `with torch.no_grad():` (or
+        `torch.inference_mode()`) block, or in a function decorated with one, looked for up
+        to the innermost function around it?"""
+        for ancestor in self.index.ancestors(node):
+            if isinstance(ancestor, cst.With) and any(self._grad_free(item.item) for item in ancestor.items):
+                return True
+            if isinstance(ancestor, (cst.FunctionDef, cst.Lambda)):
+                decorators = ancestor.decorators if isinstance(ancestor, cst.FunctionDef) else ()
+                return any(self._grad_free(d.decorator) for d in decorators)
         return False
 
     def _grad_free(self, expr: cst.BaseExpression) -> bool:
@@ -1095,9 +1109,13 @@ class Training:
                 isinstance(func, cst.Attribute) and self.is_model(func.value) and func.attr.value not in MODULE_METHODS
             ):
                 candidates.append(func.value)
+        built_at: dict[int, cst.CSTNode] = {}  # a model of an optimizer's, where the optimizer is built
         for optimizer in optimizers:
             if optimizer.params is not None:
-                candidates.extend(self.parameter_models(optimizer.params) or ())
+                for model in self.parameter_models(optimizer.params) or ():
+                    candidates.append(model)
+                    if optimizer.call is not None:
+                        built_at.setdefault(id(model), optimizer.call)
         # `self` and `self.net` in a method the loop runs on `module` (`module.training_step(x)`)
         # are that model and a part of it, not other models.
         run_on = {
@@ -1111,7 +1129,22 @@ class Training:
             if code not in found:
                 found.append(code)
                 expressions.append(expr)
-        return tuple(self.model(expr, loop)._replace(owner=self.self_class_of(expr)) for expr in expressions)
+        return tuple(
+            self._loop_model(expr, loop, built_at.get(id(expr)))._replace(owner=self.self_class_of(expr))
+            for expr in expressions
+        )
+
+    def _loop_model(self, expr: cst.BaseExpression, loop, built_at: cst.CSTNode | None) -> Model:
+        """Where the model `expr` is when `loop` runs; for a model of an optimizer the loop's
+        function is handed, spelled where the optimizer is built (`opt = AdamW(model.
+        parameters())` in the `__main__` block, after `model.to(device)`), where it is then:
+        a move after the loop's function is defined is none the loop can see."""
+        found = self.model(expr, loop)
+        function = self.index.first_enclosing(loop, cst.FunctionDef)
+        if found.move is not None or built_at is None or function is None or self.index.inside(expr, function):
+            return found
+        moved = self.model(expr, built_at)
+        return moved if moved.move is not None else found
 
     def self_class_of(self, expr: cst.BaseExpression) -> cst.ClassDef | None:
         """The class whose method `expr` is read in as its `self` or a part of it (`self`,
@@ -1641,7 +1674,11 @@ class Training:
             self._half_calls = {}
             for call in self._calls:
                 if method_name(call) in ("half", "bfloat16", "to", "type") and self._makes_half(call):
-                    for acted in self._acted_on(call):
+                    cast = self._acted_on(call)
+                    tree = self._tree_cast_by(call)
+                    if tree is not None:
+                        cast.append(self.code(tree))
+                    for acted in cast:
                         self._half_calls.setdefault(acted, []).append(call)
         for call in self._visible_calls(self._half_calls.get(code, ()), at, expr):
             return call
@@ -1656,6 +1693,31 @@ class Training:
                 None,
             )
         return self._half_builds[code]
+
+    def _tree_cast_by(self, call: cst.Call) -> cst.BaseExpression | None:
+        """The model whose parts a loop over them casts by `call`, a cast: a submodule cast
+        in place (`for m in model.modules(): m.bfloat16()`), or a tensor of a submodule or a
+        parameter replaced by its cast (`p.data = p.data.half()` over `model.parameters()`,
+        `m.weight.data = m.weight.data.bfloat16()`). A loop that casts only the parts it
+        picks (`if isinstance(m, nn.Linear):`) counts too: the program sets each part's
+        precision itself. None for any other cast."""
+        receiver = module_of_chain(call.func.value)
+        part = self.kinds.module_part(receiver) if isinstance(receiver, cst.Name) else None
+        if part is not None and part[1] in SUBMODULE_METHODS:
+            return part[0]
+        assign = self.parents.get(call)
+        if not (isinstance(assign, cst.Assign) and assign.value is call):
+            return None
+        for target in assign.targets:
+            replaced = target.target
+            if isinstance(replaced, cst.Attribute) and replaced.attr.value in REPLACING_ATTRIBUTES:
+                root = replaced.value  # `m` of `m.weight.data`
+                while isinstance(root, cst.Attribute):
+                    root = root.value
+                part = self.kinds.module_part(root) if isinstance(root, cst.Name) else None
+                if part is not None:
+                    return part[0]
+        return None
 
     def _makes_half(self, call: cst.Call) -> bool:
         if method_name(call) in ("half", "bfloat16"):
@@ -1750,13 +1812,30 @@ class Training:
         return None
 
     def synchronizes_every_step(self, loop: cst.For | cst.While) -> cst.Call | None:
-        """The `torch.cuda.synchronize()` (or another device's) that `loop`'s body runs on
-        every step on a device (timing code often does): each step then waits for the device
-        whatever else it reads. None when there is none."""
-        calls = [c for c in self.steps.own_calls(loop.body) if self.names.is_(c.func, *DEVICE_SYNCHRONIZES)]
+        """The `torch.cuda.synchronize()` (or another device's, or a call of a name bound to
+        it on that device: `_synchronizes`) that `loop`'s body runs on every step on a device
+        (timing code often does): each step then waits for the device whatever else it
+        reads. None when there is none."""
+        calls = [c for c in self.steps.own_calls(loop.body) if self._synchronizes(c)]
         waits = [sync for sync in calls if self._every_step_on_device(sync, loop)]
         # CUDA's first where one branch per device waits (`if device == "mps": ... elif ...`)
         return min(waits, key=lambda sync: not self.names.is_(sync.func, "torch.cuda.synchronize"), default=None)
+
+    def _synchronizes(self, call: cst.Call) -> bool:
+        """Does `call` wait for a device: a synchronize of torch's, or a call of a name bound
+        only to one where the program runs on that device (`synchronize =
+        torch.cuda.synchronize if device_type == "cuda" else lambda: None`)?"""
+        if self.names.is_(call.func, *DEVICE_SYNCHRONIZES):
+            return True
+        sources = self.kinds.value_sources(call.func) if isinstance(call.func, cst.Name) else []
+        return bool(sources) and all(
+            isinstance(value, cst.IfExp)
+            and self._device_test(value.test)
+            and (self.names.is_(value.body, *DEVICE_SYNCHRONIZES) or self.names.is_(value.orelse, *DEVICE_SYNCHRONIZES))
+            or value is not None
+            and self.names.is_(value, *DEVICE_SYNCHRONIZES)
+            for value in sources
+        )
 
     def _ancestors_until(self, node: cst.CSTNode, stop: cst.CSTNode) -> Iterator[cst.CSTNode]:
         for ancestor in self.index.ancestors(node):

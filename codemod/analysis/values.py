@@ -148,6 +148,7 @@ from codemod.analysis.torch_facts import (
     MODULE_ATTRIBUTE_SETTERS,
     MODULE_METHODS,
     MODULE_METHODS_IN_PLACE,
+    MODULE_TENSOR_METHODS,
     MUTATING_METHODS,
     NOT_SAME_PLACE_METHODS,
     NOT_TENSOR_FUNCTIONS,
@@ -160,6 +161,7 @@ from codemod.analysis.torch_facts import (
     SHARING_ATTRIBUTES,
     STORAGE_VIEW_METHODS,
     STRING_SPLITS,
+    SUBMODULE_METHODS,
     TENSOR_ATTRIBUTES,
     TENSOR_FACTORIES,
     TENSOR_FUNCTIONS,
@@ -2178,6 +2180,33 @@ class Kinds:
             else:
                 return None
         return values or None
+
+    def module_part(self, name: cst.Name) -> tuple[cst.BaseExpression, str] | None:
+        """The module whose submodules, parameters or buffers `name` holds, and the module
+        method that hands them out: every binding that reaches `name` is the (last) target
+        of a `for` over the same `module.<method>()` (`for m in model.modules():`,
+        `for key, p in model.named_parameters():`) or is `module.get_submodule(path)`.
+        None otherwise."""
+        sources = self.sources(name)
+        found: set[tuple[str, str]] = set()
+        part = None
+        for binding in sources:
+            statement = self._binding_statement(binding.node)
+            if isinstance(statement, cst.For):
+                target = statement.target
+                last = target.elements[-1].value if isinstance(target, cst.Tuple) and target.elements else target
+                source = statement.iter if last is binding.node else None
+            else:
+                source = self._context.bindings.assigned_value(binding)
+            if not (
+                isinstance(source, cst.Call)
+                and isinstance(source.func, cst.Attribute)
+                and source.func.attr.value in SUBMODULE_METHODS | MODULE_TENSOR_METHODS
+            ):
+                return None
+            found.add((self._context.source(source.func.value), source.func.attr.value))
+            part = (source.func.value, source.func.attr.value)
+        return part if len(found) == 1 else None
 
     def iterated_items(self, target: cst.CSTNode) -> list[cst.BaseExpression] | None:
         """The items the target of `for item in items:` takes, when `items` is a list bound

@@ -10,7 +10,8 @@ place: what may be computed once before the loop instead of once per iteration.
   the file and of the project's modules (`purity`), and conversions of tensors, of invariant parts. `hoisted` maps
   names already moved out of a loop to the loop they now sit in front of.
 - `of_all(exprs, region, hoisted)`, `of_name(name, region, hoisted)`: the same for
-  several expressions, and for a name.
+  several expressions, and for a name; `of_bound_anew(name, region)`: for a name the loop
+  binds anew each iteration, to values the same every time and not changed in place.
 - `aliases(name, region)`: `name` and the names bound in `region` that may share the
   object it holds (`b = a[0]`, `b = a.view(-1)`, `b = [a]`), transitively, followed
   from its bindings through the reads they reach (`Kinds.sources`, `reached_reads`).
@@ -335,6 +336,23 @@ class Variance:
             return f"`{name.value}` is trained: the optimizer changes it in place every step"
         return None
 
+    def of_bound_anew(self, name: cst.Name, region: cst.CSTNode) -> str | None:
+        """`of_name` for a name the loop `region` binds anew before it reads it: None when
+        every binding that reaches the read is in the loop and gives a value the same on
+        every iteration (`inputs = torch.from_numpy(x_train)`), and nothing there changes
+        that object in place (`prompt = [text]`, then `prompt.append(...)`, is not the same);
+        else why not."""
+        sources = self.context.kinds.value_sources(name)
+        for value in sources:
+            if value is None or not self.context.inside(value, region):
+                return f"`{name.value}` is not bound anew in the loop"
+            varying = self.of(value, region)
+            if varying is not None:
+                return varying
+        if not sources:
+            return f"`{name.value}` is not resolved"
+        return self.in_place_change(name.value, region)
+
     def replaced(self, chain: cst.BaseExpression, region: cst.CSTNode, ahead: cst.For | None = None) -> str | None:
         """Why the object the chain `chain` reads (`self.tok`, `ctx.wrapper.tokenizer`) may be
         another one, or changed, on some iteration of `region`: changed through itself there
@@ -586,22 +604,8 @@ class Variance:
         """Is `name` bound to a submodule of `module` (a module's tree): the target of a loop
         over `module.modules()` (`for key, m in module.named_children():`), or
         `module.get_submodule(path)`?"""
-        for binding in self.context.kinds.sources(name):
-            statement = self._bindings.statement(binding.node)
-            if isinstance(statement, cst.For):
-                target = statement.target
-                last = target.elements[-1].value if isinstance(target, cst.Tuple) and target.elements else target
-                source = statement.iter if last is binding.node else None
-            else:
-                source = self._bindings.assigned_value(binding)
-            if not (
-                isinstance(source, cst.Call)
-                and isinstance(source.func, cst.Attribute)
-                and source.func.attr.value in SUBMODULE_METHODS
-                and source.func.value.deep_equals(module)
-            ):
-                return False
-        return bool(self.context.kinds.sources(name))
+        part = self.context.kinds.module_part(name)
+        return part is not None and part[1] in SUBMODULE_METHODS and part[0].deep_equals(module)
 
     def changed_through(self, expr: cst.BaseExpression, region: cst.CSTNode) -> bool:
         """Is the object `expr` holds (a name, or a chain `a.b`) changed in `region` through

@@ -119,7 +119,11 @@ class BatchCopiedInTheStep(Rule):
     without a fix, and so is a training loop that copies the batches of a
     loader built elsewhere (a parameter annotated `DataLoader`, a loader made by
     another module of the project), whose pinning and batches perfmod cannot
-    check.
+    check. A loader handed back by a training engine that puts each batch on
+    its device itself (Accelerate's `accelerator.prepare(loader)`, Fabric's
+    `fabric.setup_dataloaders(loader)`, their device placement left on) gets no
+    finding: its batches are on the device when the step copies them, so that
+    copy copies nothing, and a prefetcher would find nothing left to copy.
     """
 
     CODE = "PM103"
@@ -142,6 +146,13 @@ class BatchCopiedInTheStep(Rule):
             "copies to the CPU: nothing to prefetch",
         ),
         Valid(PREAMBLE + "for x, y in loader:\n    print(x.sum())\n", "no copy"),
+        Valid(
+            PREAMBLE
+            + "from accelerate import Accelerator\naccelerator = Accelerator()\nloader = accelerator.prepare(loader)\n"
+            + "for x, y in loader:\n    x, y = x.to(device), y.to(device)\n"
+            + STEP,
+            "Accelerate puts each batch on the device inside the loader: the copies copy nothing",
+        ),
         Valid(
             PREAMBLE + "for x, y in loader:\n    x, y = x.to(device), y.to(device)\n    print(model(x).sum())\n",
             "not a training loop",
@@ -253,8 +264,8 @@ class BatchCopiedInTheStep(Rule):
             else:
                 refused[id(loop)] = why
         for feed in loaders.feeds:
-            if id(feed.loop) in done or not loaders.trains(feed.loop):
-                continue
+            if id(feed.loop) in done or not loaders.trains(feed.loop) or feed.placed is not None:
+                continue  # batches the loader puts on the device itself: their copies copy nothing
             copies = loaders.copies_to_device(feed.loop, feed.target)
             if not copies:
                 continue
@@ -297,6 +308,8 @@ class BatchCopiedInTheStep(Rule):
                 "or through enumerate, iter or tqdm)"
             )
         loader_expr, batch = found
+        if loaders.placing_setup(loader_expr) is not None:
+            return None  # the loader puts each batch on the device itself: nothing to prefetch
         names = _batch_names(batch)
         if names is None or not isinstance(loop.body, cst.IndentedBlock):
             return NOT_PLAIN_COPIES

@@ -137,7 +137,9 @@ class SynchronousCheckpointInLoop(Rule):
     Left alone as well: saves outside loops and in loops that do not train,
     saves into an in-memory buffer (`io.BytesIO`), the final save, followed in
     its block or an `if` around it by a `return` or by the `break` that ends
-    the training loop (nothing to overlap with), and saves of whole modules or optimizers
+    the training loop, or by a later `if` on the test it ran under whose block
+    breaks (`if last_step: save(...)`, then `if last_step: break`): nothing to
+    overlap with; and saves of whole modules or optimizers
     (the checkpointer would deep-copy them on their device; save `state_dict()`),
     which are reported without a fix.
 
@@ -178,6 +180,10 @@ class SynchronousCheckpointInLoop(Rule):
         Valid(
             PREAMBLE + FINAL_SAVE,
             "the save on the last step, then the break that ends training: nothing to overlap with",
+        ),
+        Valid(
+            PREAMBLE + FINAL_SAVE.replace("        break\n", "    if step == 100:\n        break\n"),
+            "the save on the last step, then on that step the break that ends training",
         ),
         Valid(
             PREAMBLE + "for path in ['a.pt', 'b.pt']:\n    torch.save(model.state_dict(), path)\n",
@@ -393,6 +399,8 @@ class SynchronousCheckpointInLoop(Rule):
                 "background there (e.g. with runtime.checkpoint.AsyncCheckpointer, built once and flushed "
                 "after the loop) or call torch.save through an AsyncCheckpointer here"
             )
+        except NotACheckpoint:
+            return True  # the final save: nothing runs after it to overlap with
         except Synchronous as reason:
             plan, why = None, str(reason)
         if plan is not None:

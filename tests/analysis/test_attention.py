@@ -233,6 +233,23 @@ def test_softmax_weights_read_again_later_are_the_reason_it_stays():
     assert context.line(chains[0].at) == 7  # the statement computing q @ k^T
 
 
+CAUSAL_WHEN_ASKED = """
+def attend(q, k, v, causal):
+    scores = q @ k.transpose(-2, -1)
+    if causal:
+        future = torch.triu(torch.ones(q.size(-2), k.size(-2), dtype=torch.bool), diagonal=1)
+        scores.masked_fill_(future, float("-inf"))
+    weights = torch.softmax(scores / math.sqrt(q.size(-1)), dim=-1)
+    return weights @ v
+"""
+
+
+def test_scores_masked_in_place_under_a_condition_give_the_condition_as_the_reason():
+    _, chains = found(CAUSAL_WHEN_ASKED)
+    assert chains[0].attention is None
+    assert chains[0].problem.startswith("`scores` is masked in place only when `causal` (line 8)")
+
+
 def test_a_softmax_over_other_than_scores_is_no_attention():
     body = """
 def mix(gates, experts):

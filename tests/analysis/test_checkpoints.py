@@ -298,14 +298,14 @@ def save_latest(save_dir, state):
 """
 
 
-def _project_context(tmp_path, step_line: str) -> FileContext:
+def _project_context(tmp_path, step_line: str, after: str = "") -> FileContext:
     (tmp_path / "pyproject.toml").write_text("[project]\nname = 'demo'\n")
     (tmp_path / "keeper.py").write_text(KEEPER)
     train = (
         SMALL
         + "from keeper import save_latest\n\nout_dir = 'runs'\n"
         + "for step in range(10):\n    net(torch.randn(2, 8)).sum().backward()\n    opt.step()\n"
-        + f"    {step_line}\n"
+        + f"    {step_line}\n{after}"
     )
     (tmp_path / "train.py").write_text(train)
     return FileContext.of_source(train, str(tmp_path / "train.py"))
@@ -367,3 +367,50 @@ def test_a_break_that_ends_an_inner_loop_leaves_the_save_a_checkpoint():
     )
     (save,) = _saves(context)
     assert isinstance(_plan(context, save), Save)
+
+
+LATER_BREAK = """
+for step in range(101):
+    done = step == 100
+    net(torch.randn(2, 3)).sum().backward()
+    opt.step()
+    if done:
+        torch.save(net.state_dict(), "final.pt")
+{between}    if done:
+        break
+"""
+
+
+def test_the_save_under_the_test_of_a_later_break_is_the_final_save():
+    context = _context(LATER_BREAK.format(between="    print(step)\n"))
+    (save,) = _saves(context)
+    with pytest.raises(NotACheckpoint):
+        _plan(context, save)
+
+
+@pytest.mark.parametrize(
+    "between",
+    [
+        "    done = False\n",  # the test's name bound again: the break may not come
+        "    if step % 7 == 0:\n        continue\n",  # the iteration cut short before the break
+    ],
+)
+def test_a_later_break_that_may_not_follow_the_save_leaves_it_a_checkpoint(between):
+    context = _context(LATER_BREAK.format(between=between))
+    (save,) = _saves(context)
+    assert isinstance(_plan(context, save), Save)
+
+
+def test_a_project_function_called_on_the_last_step_before_a_later_break_is_the_final_save(tmp_path):
+    saved = 'if step == 9:\n        save_latest(out_dir, {"net": net.state_dict()})'
+    context = _project_context(tmp_path, saved, after="    if step == 9:\n        break\n")
+    call = _project_call(context)
+    with pytest.raises(NotACheckpoint):
+        checkpoints(context).wrapper_plan(call, project_of(context).called(call))
+
+
+def test_a_rank_among_a_project_function_s_arguments_is_the_reason_it_stays_synchronous(tmp_path):
+    context = _project_context(tmp_path, "save_latest(out_dir, resumed_step, rank=ddp_rank)")
+    call = _project_call(context)
+    with pytest.raises(Synchronous, match="its arguments depend on `ddp_rank`"):
+        checkpoints(context).wrapper_plan(call, project_of(context).called(call))

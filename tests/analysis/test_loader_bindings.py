@@ -115,3 +115,52 @@ def test_the_training_loops_are_the_for_loops_that_run_a_backward_pass_in_order(
     context = FileContext.of_source(source)
     loops = context.loaders.training_loops
     assert [context.source(loop.iter) for loop in loops] == ["loader", "range(3)", "loader"]
+
+
+PLACED = """\
+import torch
+{imports}
+from torch.utils.data import DataLoader, TensorDataset
+
+engine = {engine}
+data = DataLoader(TensorDataset(torch.randn(64, 8), torch.randn(64, 1)), batch_size=8, pin_memory=True)
+loader = {setup}
+batches = iter(loader)
+for step in range(8):
+    x, y = next(batches)
+    x = x.to("cuda")
+    torch.nn.functional.mse_loss(model(x), y).backward()
+"""
+ACCELERATE = "from accelerate import Accelerator"
+FABRIC = "import lightning as L"
+
+
+def _placed(imports: str, engine: str, setup: str) -> tuple[FileContext, list]:
+    ctx = context(PLACED.format(imports=imports, engine=engine, setup=setup))
+    return ctx, [feed.placed for feed in ctx.loaders.feeds]
+
+
+def test_batches_of_a_loader_an_engine_prepares_are_on_its_device_already():
+    for imports, engine, setup in [
+        (ACCELERATE, "Accelerator()", "engine.prepare(data)"),
+        (ACCELERATE, "Accelerator(device_placement=True)", "engine.prepare(data)"),
+        (FABRIC, "L.Fabric(accelerator='cuda')", "engine.setup_dataloaders(data)"),
+    ]:
+        ctx, placed = _placed(imports, engine, setup)
+        assert [ctx.source(call) for call in placed] == [setup], (engine, setup)
+        [iterated] = [c.args[0].value for c in ctx.index.find(cst.Call) if ctx.source(c.func) == "iter"]
+        assert ctx.loaders.placing_setup(iterated) is placed[0]
+        [given] = [c.args[0].value for c in ctx.index.find(cst.Call) if c is placed[0]]
+        assert ctx.loaders.placing_setup(given) is None  # the loader before the engine prepares it
+
+
+def test_batches_an_engine_is_told_not_to_place_or_that_may_not_place_them_stay_where_the_loader_made_them():
+    for imports, engine, setup in [
+        (ACCELERATE, "Accelerator(device_placement=False)", "engine.prepare(data)"),
+        (ACCELERATE, "Accelerator(**options)", "engine.prepare(data)"),
+        (ACCELERATE, "Accelerator(device_placement=on_gpu)", "engine.prepare(data)"),
+        (FABRIC, "L.Fabric()", "engine.prepare(data)"),  # not the method that places
+        ("from other import Engine", "Engine()", "engine.prepare(data)"),  # an engine perfmod does not know
+    ]:
+        _, placed = _placed(imports, engine, setup)
+        assert placed == [None], (engine, setup)

@@ -602,6 +602,42 @@ def test_models_that_are_not_float64(code):
     assert loop.float64 is None
 
 
+HALF_LOOP = (
+    "{code}\nmodel = torch.compile(model)\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+    "for x in loader:\n    loss = model(x).sum()\n    loss.backward()\n    opt.step()\n"
+)
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        "model = Net().cuda()\nfor m in model.modules():\n    if isinstance(m, nn.Linear):\n        m.bfloat16()",
+        "model = Net().cuda()\nfor name, m in model.named_children():\n    m.to(torch.float16)",
+        "model = Net().cuda()\nfor m in model.modules():\n    m.weight.data = m.weight.data.bfloat16()",
+        "model = Net().cuda()\nfor p in model.parameters():\n    p.data = p.data.to(dtype=torch.bfloat16)",
+        "model = Net().cuda()\nfor n, p in model.named_parameters():\n    p.data = p.data.half()",
+    ],
+)
+def test_models_cast_to_16_bits_through_a_loop_over_their_parts(code):
+    loop, _ = only_loop(HALF_LOOP.format(code=code))
+    assert loop.half is not None
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        "model = Net().cuda()\nfor p in model.parameters():\n    p.bfloat16()",  # a copy, thrown away
+        "model = Net().cuda()\nfor p in model.parameters():\n    q = p.data.bfloat16()",
+        "model = Net().cuda()\nfor m in other.modules():\n    m.bfloat16()",
+        "model = Net().cuda()\nfor m in model.modules():\n    m.float()",
+        "model = Net().cuda()\nfor m in model.modules():\n    w = m.weight.data.half()",
+    ],
+)
+def test_loops_over_parts_that_leave_the_model_float32(code):
+    loop, _ = only_loop(HALF_LOOP.format(code=code))
+    assert loop.half is None
+
+
 # -- devices ------------------------------------------------------------------------------------------
 
 DEVICE_LOOP = (
@@ -764,3 +800,21 @@ def test_nn_modules_own_methods_are_no_forward_calls():
     calls = {training.code(c.func): training.is_model_call(c) for c in training.index.find(cst.Call)}
     assert calls["model.forward"] is True
     assert not any(calls[f"model.{name}"] for name in ("compile", "type", "to_empty"))
+
+
+def test_a_model_of_the_optimizer_a_function_is_handed_is_where_the_main_block_moves_it():
+    code = (
+        "def train(net, optimizer, device, loader):\n"
+        "    for x, y in loader:\n"
+        "        loss = compute_loss(x, y, net, device)\n"
+        "        optimizer.zero_grad()\n        loss.backward()\n        optimizer.step()\n\n"
+        "if __name__ == '__main__':\n"
+        "    model = Net()\n    model.to(device)\n"
+        "    opt = torch.optim.AdamW(model.parameters())\n"
+        "    train(model, opt, device, loader)\n"
+    )
+    loop, training = only_loop(code)
+    [model] = loop.models
+    assert training.code(model.move) == "model.to(device)" and model.places == {Place.CUDA}
+    loop, _ = only_loop(code.replace("    model.to(device)\n", ""))
+    assert loop.models[0].move is None  # never moved

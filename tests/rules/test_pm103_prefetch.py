@@ -219,3 +219,39 @@ def test_copies_to_a_device_attribute_the_analysis_follows_are_prefetched_and_tr
     assert codes == ["PM103"] and "for x, y in DevicePrefetcher(self.loader, self.gpu_id):" in new
     before, after = losses(GPU_ID), losses(new)
     assert len(before) == 8 and torch.equal(after, before)
+
+
+NEXT_BATCHES = """\
+import torch
+from accelerate import Accelerator
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def cycle(loader):
+    while True:
+        for batch in loader:
+            yield batch
+
+
+accelerator = Accelerator()
+device = accelerator.device
+model = torch.nn.Linear(1024, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+loader = DataLoader(TensorDataset(torch.randn(8192, 1024)), batch_size=512, pin_memory=True)
+{prepare}batches = cycle(loader)
+for step in range(100):
+    (x,) = next(batches)
+    x = x.to(device)
+    loss = model(x).square().mean()
+    accelerator.backward(loss)
+    opt.step()
+"""
+
+
+def test_batches_an_engine_puts_on_the_device_in_next_get_no_report_of_their_copy():
+    settings = Settings(select=("PM103",), level=Level.UNSAFE)
+    prepared = NEXT_BATCHES.format(prepare="model, opt, loader = accelerator.prepare(model, opt, loader)\n")
+    assert process_source(prepared.encode(), "train.py", settings, [BatchCopiedInTheStep]).findings == []
+    plain = NEXT_BATCHES.format(prepare="")
+    found = process_source(plain.encode(), "train.py", settings, [BatchCopiedInTheStep]).findings
+    assert [(f.code, f.applied) for f in found] == [("PM103", False)]

@@ -389,3 +389,90 @@ def test_a_script_that_casts_to_its_own_compute_dtype_gets_no_finding():
     assert findings == []
     findings, _ = check(own.replace(" if COMPUTE_DTYPE == torch.float16 else None", ""))
     assert [f.message for f in findings if "scales the loss but no autocast is on" in f.message]
+
+
+CAST_PARTS = """\
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+device = torch.device("cuda")
+model = nn.Sequential(nn.Embedding(50, 16), nn.Linear(16, 50)).to(device)
+for part in model.modules():
+    {cast}
+model = torch.compile(model)
+opt = torch.optim.AdamW(model.parameters())
+for step in range(10):
+    ids = torch.randint(0, 50, (4, 8), device=device)
+    loss = F.cross_entropy(model(ids).flatten(0, 1), ids.flatten())
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+"""
+
+
+def test_a_model_whose_parts_a_loop_casts_to_bfloat16_gets_no_finding():
+    cast = "if isinstance(part, (nn.Embedding, nn.Linear)):\n        part.weight.data = part.weight.data.bfloat16()"
+    found, _ = check(CAST_PARTS.format(cast=cast))
+    assert found == []
+
+
+def test_a_loop_over_the_parts_that_casts_nothing_in_place_leaves_the_finding():
+    found, _ = check(CAST_PARTS.format(cast="copy = part.weight.data.bfloat16()"))
+    assert [f.code for f in found] == ["PM301"]
+
+
+LOSSES = """\
+import torch.nn.functional as F
+
+
+def compute_loss(x, y, net):
+    return F.cross_entropy(net(x), y)
+"""
+HANDED_OPTIMIZER = """\
+import torch
+import torch.nn as nn
+
+from losses_for_pm301 import compute_loss
+
+
+def train(net, optimizer, device, data):
+    for step, (x, y) in enumerate(data):
+        loss = compute_loss(x.to(device), y.to(device), net)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        print("step", step, "loss", repr(loss.item()))
+
+
+if __name__ == "__main__":
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(512, 512), nn.ReLU(), nn.Linear(512, 5))
+    model.to(device)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    batches = [(torch.randn(64, 512), torch.randint(0, 5, (64,))) for _ in range(10)]
+    train(model, opt, device, batches)
+"""
+
+
+def test_a_model_the_main_block_moves_before_building_the_optimizer_it_hands_over_is_wrapped(tmp_path, monkeypatch):
+    # The forward runs in another module's function: the model is known by the optimizer alone.
+    (tmp_path / "pyproject.toml").write_text("[project]\nname = 'demo'\n")
+    (tmp_path / "losses_for_pm301.py").write_text(LOSSES)
+    path = tmp_path / "train.py"
+    path.write_text(HANDED_OPTIMIZER)
+    settings = Settings(select=("PM301",), level=Level.NUMERIC)
+    result = process_source(path.read_bytes(), str(path), settings, [ForwardWithoutAutocast])
+    assert result.error is None and [f.applied for f in result.findings] == [True], result.findings
+    new = result.new_source.decode()
+    assert "    precision = Precision.for_device(device)\n    for step" in new
+    assert (
+        "        with precision.autocast():\n            loss = compute_loss(x.to(device), y.to(device), net)\n" in new
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("PERFMOD_AMP", "bf16")
+    got, want = losses(new), losses(HANDED_OPTIMIZER)
+    assert len(want) == 10 and not torch.equal(got, want)  # autocast did run
+    assert max_relative_difference(got, want) < 5e-3
+    monkeypatch.delitem(sys.modules, "losses_for_pm301", raising=False)

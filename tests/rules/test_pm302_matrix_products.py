@@ -105,3 +105,21 @@ def test_a_model_class_of_a_project_module_is_read_there(tmp_path):
     assert applied() == [True]  # a function of the module that builds the model
     (tmp_path / "models.py").write_text("from transformers import AutoModel as Model\n")
     assert applied() == [True]  # another library's model: unknown, so TF32 stays
+
+
+def test_a_model_whose_parts_a_loop_casts_to_bfloat16_gets_no_finding():
+    source = (
+        "import torch\nimport torch.nn as nn\n\n"
+        "model = nn.Sequential(nn.Linear(16, 16), nn.ReLU(), nn.Linear(16, 1)).cuda()\n"
+        "for layer in model.children():\n    layer.bfloat16()\n"
+        "opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "for step in range(10):\n"
+        "    x = torch.randn(4, 16, device='cuda', dtype=torch.bfloat16)\n"
+        "    loss = model(x).sum()\n    opt.zero_grad()\n    loss.backward()\n    opt.step()\n"
+    )
+    settings = Settings(select=("PM302",), level=Level.NUMERIC)
+    found = process_source(source.encode(), "train.py", settings, [Float32MatmulWithoutTf32]).findings
+    assert found == []
+    as_float32 = source.replace("    layer.bfloat16()\n", "    layer.float()\n")
+    found = process_source(as_float32.encode(), "train.py", settings, [Float32MatmulWithoutTf32]).findings
+    assert [f.code for f in found] == ["PM302"]

@@ -117,6 +117,22 @@ def test_a_step_that_waits_for_the_device_for_its_timing_keeps_its_read_and_says
     assert "anyway" not in rewrite(untimed)[1][0].message
 
 
+def test_a_step_that_waits_through_a_name_bound_to_the_device_synchronize_keeps_its_read_and_says_so():
+    hoisted = 'synchronize = torch.cuda.synchronize if device == "cuda" else lambda: None\nfor step in range(10):\n'
+    timed = TIMED_STEP.replace("for step in range(10):\n", hoisted).replace(
+        '    if device == "cuda":\n        torch.cuda.synchronize()\n', "    synchronize()\n"
+    )
+    new_source, findings = rewrite(timed)
+    assert new_source == timed
+    [finding] = findings
+    assert not finding.fixable
+    assert "waits for the device on every step anyway (`synchronize()`, line 18)" in finding.message
+    when_timed = timed.replace('if device == "cuda" else', "if timed else").replace(
+        "for step", "timed = False\nfor step"
+    )
+    assert "anyway" not in rewrite(when_timed)[1][0].message  # it waits only when the run is timed
+
+
 PRINTED_EVERY_STEP = """\
 import torch
 device = "cuda" if torch.cuda.is_available() else "cpu"

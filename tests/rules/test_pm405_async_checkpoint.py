@@ -175,3 +175,40 @@ def test_a_file_on_the_object_that_no_function_of_the_loop_reads_is_written_in_t
     new, findings = rewrite(source)
     assert len(findings) == 1 and findings[0].fixable
     assert "checkpointer.save(self.model.state_dict(), self.path)" in new
+
+
+KEEPER = """\
+import torch
+
+
+def save_latest(path, state):
+    torch.save(state, path)
+"""
+LAST_STEP = """\
+import torch
+from keeper import save_latest
+
+net = torch.nn.Linear(8, 1)
+opt = torch.optim.SGD(net.parameters(), lr=0.1)
+for step in range(11):
+    last_step = step == 10
+    if last_step:
+        save_latest("final.pt", net.state_dict())
+    if {ends}:
+        break
+    net(torch.randn(2, 8)).sum().backward()
+    opt.step()
+"""
+
+
+def test_a_project_save_on_the_step_that_then_breaks_gets_no_finding(tmp_path):
+    (tmp_path / "pyproject.toml").write_text("[project]\nname = 'demo'\n")
+    (tmp_path / "keeper.py").write_text(KEEPER)
+    findings = {}
+    for ends in ("last_step", "step == 5"):
+        source = LAST_STEP.format(ends=ends)
+        (tmp_path / "train.py").write_text(source)
+        result = process_source(source.encode(), str(tmp_path / "train.py"), SETTINGS, [SynchronousCheckpointInLoop])
+        assert result.error is None, result.error
+        findings[ends] = [f.code for f in result.findings]
+    assert findings == {"last_step": [], "step == 5": ["PM405"]}

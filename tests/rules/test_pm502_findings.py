@@ -288,3 +288,25 @@ def test_a_literal_count_that_is_the_batchs_row_count_visits_its_samples():
     found, output = findings(PREAMBLE + loop)
     assert [f.fixable for f in found] == [True], found
     assert "range(8)" not in output and "model(x)" in output, output
+
+
+COLLECTED = (
+    "def score():\n    losses = []\n    for i in range(len(x)):\n"
+    "        losses.append(F.cross_entropy(model(x[i:i+1]), y[i:i+1]))\n"
+    "    return torch.stack(losses).mean()\n\n\nscore().backward()\n"
+)
+
+
+def test_losses_collected_per_sample_are_batched_unless_autograd_records_no_graph_there():
+    found, _ = findings(PREAMBLE + COLLECTED)
+    assert [f.code for f in found] == ["PM502"]  # the collected losses are backpropagated
+    scored = COLLECTED.replace("def score():", "@torch.no_grad()\ndef score():").replace(
+        "score().backward()", "print(score())\nmodel(x).sum().backward()"
+    )
+    assert findings(PREAMBLE + scored)[0] == []
+    within = COLLECTED.replace("    for i in range", "    with torch.no_grad():\n      for i in range").replace(
+        "        losses.append", "          losses.append"
+    )
+    assert (
+        findings(PREAMBLE + within.replace("score().backward()", "print(score())\nmodel(x).sum().backward()"))[0] == []
+    )

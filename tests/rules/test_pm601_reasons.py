@@ -127,6 +127,81 @@ def test_sparse_embedding_gradients_are_the_reason():
     assert "sparse=True)` gives the model sparse gradients" in reason(source)
 
 
+ZOO_MODEL = LOOP.replace("import torch\n", "import torch\nfrom torchvision import models\n").replace(
+    "torch.nn.Linear(8, 1)", "torch.nn.Sequential(torch.nn.Flatten(), models.{builder}(num_classes=1))"
+)
+
+
+@pytest.mark.parametrize(
+    "builder,because",
+    [
+        ("resnet18", "`models.resnet18` holds BatchNorm"),
+        ("vgg19_bn", "`models.vgg19_bn` holds BatchNorm"),
+        ("vgg19", None),  # VGG without `_bn` has no BatchNorm: wrapped in DDP
+    ],
+)
+def test_a_model_of_the_zoo_holds_batch_norm_unless_it_is_one_known_without(builder, because):
+    source = ZOO_MODEL.format(builder=builder)
+    if because is None:
+        assert "DistributedDataParallel(model)" in rewritten(source)
+    else:
+        assert reason(source).startswith(because)
+
+
+def test_an_optimizer_of_tensors_alone_trains_no_model_for_ddp_to_wrap():
+    source = (
+        "import torch\n\nimage = torch.zeros(1, 3, 8, 8).requires_grad_(True)\n"
+        "style = torch.rand(1, 3, 8, 8)\nopt = torch.optim.Adam([image], lr=0.1)\n"
+        "for step in range(10):\n    loss = (image - style).pow(2).mean()\n"
+        "    opt.zero_grad()\n    loss.backward()\n    opt.step()\n"
+    )
+    assert reason(source) == (
+        "the optimizer trains tensors (`image`), not the parameters of a model: there is no model for "
+        "DistributedDataParallel to wrap"
+    )
+
+
+FULL_BATCH = """\
+import numpy as np
+import torch
+
+x_train = np.random.rand(15, 1).astype(np.float32)
+y_train = (2 * x_train + 1).astype(np.float32)
+model = torch.nn.Linear(1, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+for epoch in range(60):
+    inputs = {inputs}
+    targets = torch.from_numpy(y_train)
+    loss = torch.nn.functional.mse_loss(model(inputs), targets)
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+"""
+
+
+def test_a_loop_that_gives_the_model_the_same_tensors_every_step_is_full_batch_training():
+    assert reason(FULL_BATCH.format(inputs="torch.from_numpy(x_train)")).startswith(
+        "every step trains on the same data (full-batch training: `range(60)` counts the steps"
+    )
+    for varying in (
+        "torch.from_numpy(x_train[epoch % 15 :])",
+        "torch.from_numpy(x_train).clone()\n    inputs.add_(epoch)",
+    ):
+        assert reason(FULL_BATCH.format(inputs=varying)).startswith(
+            "it cannot tell where the batches of `range(60)` come from"
+        )
+
+
+def test_batches_taken_with_next_in_a_loop_over_a_counter_are_named_as_the_reason():
+    source = LOOP.replace(
+        "for epoch in range(3):\n    for x, y in loader:\n",
+        "batches = iter(loader)\nfor step in range(8):\n    if True:\n        x, y = next(batches)\n",
+    )
+    assert reason(source).startswith(
+        "the batches come from `next(batches)` of a DataLoader, taken by hand in a loop over `range(8)`"
+    )
+
+
 def test_epochs_in_a_comprehension_are_the_reason():
     source = (
         LOOP.replace("for epoch in range(3):\n", "def epoch_pass():\n").replace(

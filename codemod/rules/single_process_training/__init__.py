@@ -89,8 +89,9 @@ class SingleProcessTraining(Rule):
     Files that already run distributed (`torch.distributed`, DDP, FSDP,
     `DistributedSampler`, Accelerate, Lightning, DeepSpeed, Horovod, torchrun's
     environment variables) are left alone. What the rule cannot make safe is
-    reported without a fix: BatchNorm layers (each rank would normalise over its
-    own share of the batch), a batch that cannot be split over the ranks (the
+    reported without a fix: BatchNorm layers, also in the models of torchvision's
+    zoo that hold them (each rank would normalise over its own share of the
+    batch), an optimizer of tensors alone (no model for DDP to wrap), a batch that cannot be split over the ranks (the
     global batch would change), random draws in the loop from a generator object
     the script seeds (every rank would draw the same, and reseeding it could
     change what else it draws), `DataParallel`, an `IterableDataset` or a
