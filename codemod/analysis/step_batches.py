@@ -447,7 +447,8 @@ class StepBatches:
                 f"the batches come from `{self.context.source(fetched.fetch)}` of a DataLoader, taken by hand in "
                 f"a loop over `{shown}`; PM601 splits the batches of a `for` loop over the DataLoader, of "
                 "`next(it)` of `it = iter(loader)` in a `while` loop, or of `next()` of a generator of this file "
-                "that cycles the loader: loop over the DataLoader itself",
+                "that yields the loader's batches whole (`while True: for batch in loader: yield batch`): loop "
+                "over the DataLoader itself",
             )
         if isinstance(loop, cst.While):
             return NotDistributable(

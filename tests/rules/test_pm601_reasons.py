@@ -202,6 +202,17 @@ def test_batches_taken_with_next_in_a_loop_over_a_counter_are_named_as_the_reaso
     )
 
 
+def test_a_generator_that_repacks_the_batches_is_told_apart_from_one_that_yields_them_whole():
+    generator = "def cycle(dl):\n    while True:\n        for x, y in dl:\n            yield x, y\n\n"
+    source = LOOP.replace(
+        "for epoch in range(3):\n    for x, y in loader:\n",
+        generator + "batches = cycle(loader)\nfor step in range(8):\n    if True:\n        x, y = next(batches)\n",
+    )
+    found = reason(source)
+    assert found.startswith("the batches come from `next(batches)` of a DataLoader, taken by hand in a loop over")
+    assert "a generator of this file that yields the loader's batches whole" in found
+
+
 def test_epochs_in_a_comprehension_are_the_reason():
     source = (
         LOOP.replace("for epoch in range(3):\n", "def epoch_pass():\n").replace(
