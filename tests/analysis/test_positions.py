@@ -7,6 +7,7 @@ import libcst as cst
 import pytest
 from libcst.metadata import MetadataWrapper, PositionProvider
 
+from codemod.analysis import positions as positions_module
 from codemod.analysis.index import TreeIndex
 from codemod.analysis.positions import Positions, statement_starts
 
@@ -131,8 +132,6 @@ def test_a_node_in_a_block_takes_the_ranges_of_its_innermost_statement_generated
     module = cst.parse_module(code)
     index = TreeIndex(module)
     expected = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
-    from codemod.analysis import positions as positions_module
-
     generate = positions_module.generated
     made = []
     monkeypatch.setattr(
