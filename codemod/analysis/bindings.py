@@ -16,10 +16,17 @@ from libcst.metadata import Assignment
 
 from codemod.analysis.index import TreeIndex
 from codemod.analysis.names import names_read, sole_definition
+from codemod.analysis.node_types import type_test
 from codemod.analysis.scopes import PerBindings, binding_prefix, reads_of
 
-# Nodes between a bound Name and the statement that binds it.
-_TARGET_WRAPPERS = (cst.Tuple, cst.List, cst.Element, cst.StarredElement, cst.AssignTarget, cst.AsName, cst.WithItem)
+# Nodes between a bound Name and the statement that binds it, and the other type tests
+# every binding look-up makes (codemod.analysis.node_types says why they are not isinstance).
+_is_target_wrapper = type_test(
+    cst.Tuple, cst.List, cst.Element, cst.StarredElement, cst.AssignTarget, cst.AsName, cst.WithItem
+)
+_is_assignment = type_test(Assignment)
+_is_assign, _is_assign_target = type_test(cst.Assign), type_test(cst.AssignTarget)
+_is_ann_assign = type_test(cst.AnnAssign)
 
 
 class Bindings:
@@ -47,7 +54,7 @@ class Bindings:
         current = target
         while True:
             parent = self.parents.get(current)
-            if parent is None or not isinstance(parent, _TARGET_WRAPPERS):
+            if parent is None or not _is_target_wrapper(parent):
                 return parent if parent is not None else current
             current = parent
 
@@ -56,10 +63,10 @@ class Bindings:
         `unpacked` for `a, b = value`."""
         target = assignment.node
         statement = self.statement(target)
-        if isinstance(statement, cst.Assign):
-            single = isinstance(self.parents.get(target), cst.AssignTarget) and len(statement.targets) == 1
+        if _is_assign(statement):
+            single = _is_assign_target(self.parents.get(target)) and len(statement.targets) == 1
             return statement.value if single else None
-        if isinstance(statement, cst.AnnAssign) and statement.target is target:
+        if _is_ann_assign(statement) and statement.target is target:
             return statement.value
         return None
 
@@ -183,7 +190,7 @@ class Bindings:
         scope = self.scopes.get(name)
         if scope is None:
             return None
-        found = [a.node for a in scope[name.value] if isinstance(a, Assignment)]
+        found = [a.node for a in scope[name.value] if _is_assignment(a)]
         if len(found) != 1 or not isinstance(found[0], cst.Param):
             return None
         function = self.parents.get(self.parents.get(found[0]))

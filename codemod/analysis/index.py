@@ -24,6 +24,8 @@ from typing import TypeVar
 
 import libcst as cst
 
+from codemod.analysis.node_types import type_test_of
+
 NodeT = TypeVar("NodeT", bound=cst.CSTNode)
 
 # Fields that hold only layout (whitespace, brackets, separators).
@@ -306,8 +308,9 @@ class TreeIndex:
 
     def enclosing(self, node: cst.CSTNode, types) -> Iterator[cst.CSTNode]:
         """Ancestors of `node` of the given types, innermost first."""
+        is_wanted = type_test_of(types)
         for ancestor in self.ancestors(node):
-            if isinstance(ancestor, types):
+            if is_wanted(ancestor):
                 yield ancestor
 
     def first_enclosing(self, node: cst.CSTNode, types) -> cst.CSTNode | None:

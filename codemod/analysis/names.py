@@ -17,10 +17,13 @@ from libcst.metadata import (
     QualifiedNameSource,
 )
 
+from codemod.analysis.node_types import type_test
 from codemod.analysis.scopes import Ordered, PerBindings, Span
 
 # The attribute `Names.may_name` writes for an attribute whose name is not a literal.
 ANY_ATTRIBUTE = "*"
+# Type tests asked of most nodes the rules look at (codemod.analysis.node_types says why).
+_is_call, _is_attribute, _is_assignment = type_test(cst.Call), type_test(cst.Attribute), type_test(Assignment)
 # Public re-exports that resolve to the same object as the path users spell.
 CANONICAL = {
     "torch.optim.adam.Adam": "torch.optim.Adam",
@@ -183,8 +186,9 @@ class Names:
         of an optional import."""
         if self._none_targets is None:
             found: set[cst.CSTNode] = set()
+            is_handler = type_test(cst.ExceptHandler)  # (asked of every node of the file)
             for node in self._scopes:
-                if isinstance(node, cst.ExceptHandler):
+                if is_handler(node):
                     lines = node.body.body if isinstance(node.body, cst.IndentedBlock) else [node.body]
                     for line in lines:
                         for statement in line.body if isinstance(line, cst.SimpleStatementLine) else ():
@@ -204,7 +208,7 @@ class Names:
             found: set[cst.CSTNode] = set()
             for scope in {id(scope): scope for scope in self._scopes.values()}.values():
                 for assignment in scope.assignments:
-                    if not isinstance(assignment, Assignment):
+                    if not _is_assignment(assignment):
                         continue
                     found.add(assignment.node)
                     if isinstance(assignment.node, (cst.Import, cst.ImportFrom)) and not isinstance(
@@ -221,7 +225,7 @@ class Names:
         """Imported or builtin names the expression refers to. None when a name
         bound by an import is also bound in this file (`class DataLoader:` after
         `from torch.utils.data import DataLoader`): which one is live is unknown."""
-        if isinstance(node, cst.Call):
+        if _is_call(node):
             attribute = self._attribute_named(node)
             if attribute is not None:  # `getattr(torch.optim, "AdamW")` names what `torch.optim.AdamW` does
                 return attribute
@@ -279,13 +283,13 @@ class Names:
         return {q.name for q in self._qualified(node) if q.source is QualifiedNameSource.LOCAL}
 
     def is_(self, node: cst.CSTNode, *names: str) -> bool:
-        if isinstance(node, cst.Call):
+        if _is_call(node):
             return not self.of(node).isdisjoint(names)
         return any(name in names for name in self._canonical(self._qualified(node)))
 
     def startswith(self, node: cst.CSTNode, prefixes: Collection[str]) -> str | None:
         """The first qualified name of `node` that starts with one of `prefixes`."""
-        if isinstance(node, cst.Call):
+        if _is_call(node):
             names: Collection[str] = sorted(self.of(node))
         else:
             names = self._canonical(self._qualified(node))
@@ -444,7 +448,7 @@ def has_star_kwargs(call: cst.Call) -> bool:
 
 def method_name(call: cst.Call) -> str | None:
     """`attr` for a call `<receiver>.attr(...)`."""
-    if isinstance(call.func, cst.Attribute):
+    if _is_attribute(call.func):
         return call.func.attr.value
     return None
 
@@ -665,7 +669,7 @@ def sole_definition(scopes, expr: cst.BaseExpression, kind: type) -> cst.CSTNode
     scope = scopes.get(expr)
     if scope is None:
         return None
-    found = [a.node for a in scope[expr.value] if isinstance(a, Assignment)]
+    found = [a.node for a in scope[expr.value] if _is_assignment(a)]
     return found[0] if len(found) == 1 and isinstance(found[0], kind) else None
 
 

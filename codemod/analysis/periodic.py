@@ -54,6 +54,7 @@ import libcst as cst
 
 from codemod.analysis.local_calls import local_calls
 from codemod.analysis.names import names_read, number_value
+from codemod.analysis.node_types import type_test
 from codemod.analysis.project import project_of
 from codemod.analysis.torch_facts import PROGRAM_EXITS
 from codemod.analysis.values import values
@@ -63,6 +64,7 @@ if TYPE_CHECKING:
 
 KEY = "periodic"
 SCOPES = (cst.FunctionDef, cst.Lambda, cst.ClassDef)
+_is_scope, _is_if = type_test(*SCOPES), type_test(cst.If)  # (asked of every ancestor: node_types says why)
 TEXT = (cst.SimpleString, cst.ConcatenatedString, cst.FormattedString)
 MAX_DEPTH = 4
 
@@ -128,9 +130,9 @@ class Periodic:
         found = None
         child = node
         for ancestor in self.index.ancestors(node):
-            if ancestor is loop or isinstance(ancestor, SCOPES):
+            if ancestor is loop or _is_scope(ancestor):
                 break
-            if isinstance(ancestor, cst.If) and child is ancestor.body and self.is_periodic(ancestor.test, loop):
+            if _is_if(ancestor) and child is ancestor.body and self.is_periodic(ancestor.test, loop):
                 found = ancestor
             child = ancestor
         return found

@@ -6,6 +6,12 @@ nodes (the findings), so this computes the ranges of the top-level statement
 that holds the node asked for, starting at that statement's line. Where each
 top-level statement starts is read from Python's own parser (`ast`), which
 gives it without generating code.
+
+Inside a function, a class or the body of a loop, an `if`, a `with` or a `try`, the
+statements of the block start where `ast` says too: a node inside one of them is
+given the ranges of the innermost such statement, generated alone at its line with
+the indentation of the blocks around it, rather than those of the whole top-level
+statement (a function of hundreds of lines, for one finding in it).
 """
 
 from __future__ import annotations
@@ -13,13 +19,15 @@ from __future__ import annotations
 import ast
 import re
 import warnings
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import libcst as cst
 from libcst._position import CodePosition, CodeRange
 from libcst.metadata.position_provider import PositionProvidingCodegenState
 
 _BARE_CONTINUATION = re.compile(r"^[ \t]*\\\n", re.MULTILINE)
+# Statements whose `body` block holds the statements of `ast`'s `body` list, one for one.
+_BLOCK_OWNERS = (cst.FunctionDef, cst.ClassDef, cst.For, cst.While, cst.If, cst.With, cst.Try, cst.TryStar)
 
 
 class _Collector:
@@ -91,10 +99,11 @@ def statement_starts(statement: cst.CSTNode) -> dict[cst.CSTNode, tuple[int, int
     return {node: start for node, (start, _) in collector._computed.items()}
 
 
-def generated(statement: cst.CSTNode, module: cst.Module, line: int) -> tuple[dict, str]:
-    """The ranges of the nodes of `statement`, a top-level statement of `module` whose
-    code starts on `line` (its leading blank and comment lines included), as
-    (line, column) pairs, and its code: one code generation gives both."""
+def generated(statement: cst.CSTNode, module: cst.Module, line: int, indents: Sequence[str] = ()) -> tuple[dict, str]:
+    """The ranges of the nodes of `statement`, a statement of `module` whose code
+    starts on `line` (its leading blank and comment lines included), as (line, column)
+    pairs, and its code: one code generation gives both. `indents`: the indentation of
+    each block around it (none for a top-level statement)."""
     collector = _Collector()
     state = _State(
         default_indent=module.default_indent,
@@ -102,6 +111,7 @@ def generated(statement: cst.CSTNode, module: cst.Module, line: int) -> tuple[di
         provider=collector,  # type: ignore[arg-type]
     )
     state.line = line
+    state.indent_tokens = list(indents)
     statement._codegen(state)
     return collector._computed, "".join(state.tokens)
 
@@ -139,9 +149,15 @@ class Positions(Mapping):
         self._pairs: dict[cst.CSTNode, tuple[tuple[int, int], tuple[int, int]]] = {}
         self._starts: dict[cst.CSTNode, int] | None = None  # top-level statement -> its first line
         self._from_ast: dict[cst.CSTNode, int] | None | bool = False  # False: not read yet
+        # The statements of blocks, where `ast` has read the text: statement -> its ast node,
+        # and a compound statement -> the first lines of the statements of its block
+        # (None where the two parsers do not line up there)
+        self._ast_nodes: dict[cst.CSTNode, ast.stmt] = {}
+        self._block_lines: dict[cst.CSTNode, dict[cst.CSTNode, int] | None] = {}
         if statement_lines is not None and len(statement_lines) == len(module.body):
             self._from_ast = dict(zip(module.body, statement_lines))
         self._done: set[cst.CSTNode] = set()
+        self._generated_within: set[cst.CSTNode] = set()  # statements of blocks generated alone
         self._texts: dict[cst.CSTNode, str] = {}  # top-level statement -> its generated code
         # (generated at the lines of `statement_lines`: taken only with them)
         self._written = written if written is not None and self._from_ast is not False else {}
@@ -181,24 +197,72 @@ class Positions(Mapping):
                 tree = ast.parse(self.code)
         except (SyntaxError, ValueError):
             return None
-        statements = iter(tree.body)
+        return self._starts_of(self.module.body, tree.body)
+
+    def _starts_of(self, statements: Sequence[cst.CSTNode], nodes: list[ast.stmt]) -> dict[cst.CSTNode, int] | None:
+        """The line each of `statements` (a block) starts on, its leading lines included,
+        from `nodes`, the block as `ast` reads it; None where the two do not line up."""
+        remaining = iter(nodes)
         starts = {}
-        for statement in self.module.body:
-            node = next(statements, None)
+        for statement in statements:
+            node = next(remaining, None)
             if node is None:
                 return None
             if isinstance(statement, cst.SimpleStatementLine):
                 for _ in statement.body[1:]:
-                    next(statements, None)
+                    next(remaining, None)
             decorators = getattr(node, "decorator_list", None)
             if decorators:  # the first decorator's line, less the lines libcst keeps before it
                 first = decorators[0].lineno - len(statement.decorators[0].leading_lines)
             else:
                 first = node.lineno
             starts[statement] = first - len(statement.leading_lines)
-        if next(statements, None) is not None:
+            self._ast_nodes[statement] = node
+        if next(remaining, None) is not None:
             return None
         return starts
+
+    def _lines_in_block(self, owner: cst.CSTNode) -> dict[cst.CSTNode, int] | None:
+        """The line each statement of the block of `owner` (a compound statement whose
+        `ast` node is known) starts on; None where that cannot be read."""
+        if owner not in self._block_lines:
+            node = self._ast_nodes.get(owner)
+            body = getattr(node, "body", None)
+            found = None
+            if isinstance(owner, _BLOCK_OWNERS) and isinstance(owner.body, cst.IndentedBlock) and type(body) is list:
+                found = self._starts_of(owner.body.body, body)
+            self._block_lines[owner] = found
+        return self._block_lines[owner]
+
+    def _within(self, top: cst.CSTNode, node: cst.CSTNode) -> bool:
+        """Take the ranges of the innermost statement of a block inside `top` that holds
+        `node` and whose line `ast` gives, generated alone at that line; False where
+        there is none, or it does not hold `node` (then the whole of `top` is generated)."""
+        if not isinstance(self._from_ast, dict) or top not in self._ast_nodes:
+            return False  # (the lines came from the caller: no `ast` to read the blocks from)
+        chain = [node]
+        while chain[-1] is not top:
+            parent = self.parents.get(chain[-1])
+            if parent is None:
+                return False
+            chain.append(parent)
+        chain.reverse()  # top, its block, a statement of it, ... node
+        statement, line, indents = None, 0, []
+        owner = top
+        for block, inner in zip(chain[1::2], chain[2::2]):
+            if not (isinstance(block, cst.IndentedBlock) and block is getattr(owner, "body", None)):
+                break
+            lines = self._lines_in_block(owner)
+            if lines is None or inner not in lines:
+                break
+            indents.append(self.module.default_indent if block.indent is None else block.indent)
+            statement, line, owner = inner, lines[inner], inner
+        if statement is None or statement in self._generated_within:
+            return False
+        self._generated_within.add(statement)
+        pairs, _ = generated(statement, self.module, line, indents)
+        self._pairs.update(pairs)
+        return node in pairs
 
     def _top(self, node: cst.CSTNode) -> cst.CSTNode:
         current = node
@@ -220,7 +284,7 @@ class Positions(Mapping):
             top = self._top(node)
             if top in self._done or top not in self._statement_lines():
                 raise KeyError(node)
-            if not self._moved(top) and not self._taken(top):
+            if not self._moved(top) and not self._taken(top) and not self._within(top, node):
                 self._compute(top)
             pair = self._pairs[node]
         (start_line, start_column), (end_line, end_column) = pair

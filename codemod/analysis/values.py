@@ -122,6 +122,7 @@ from codemod.analysis.names import (
     positional,
     sole_definition,
 )
+from codemod.analysis.node_types import type_test
 from codemod.analysis.scopes import PerBindings, reads_of
 from codemod.analysis.torch_facts import (
     ALL_LOSS_FUNCTIONS,
@@ -302,6 +303,19 @@ DEVICE_NAME = re.compile(r"^(device|dev|\w+_device|\w+_dev|device_\w+)$")
 DTYPE_NAME = re.compile(r"^(dtype|\w+_dtype)$")
 DEVICE_STRING = re.compile(r"^(cuda|cpu|mps|xla|xpu|meta|hpu)(:\d+)?$")
 ASSIGN_LIKE = (cst.Assign, cst.AnnAssign, cst.AugAssign, cst.NamedExpr)
+# The hottest type tests of the bindings' followers (codemod.analysis.node_types says why).
+_is_assign_like = type_test(*ASSIGN_LIKE)
+_is_target_wrapper = type_test(
+    cst.Tuple, cst.List, cst.Element, cst.StarredElement, cst.AssignTarget, cst.AsName, cst.WithItem
+)
+_is_value_wrapper = type_test(cst.AssignTarget, cst.Element, cst.Tuple, cst.List, cst.AsName)
+_is_loop_header, _is_for = type_test(cst.For, cst.CompFor), type_test(cst.For)
+_is_for_or_with = type_test(cst.For, cst.With)
+_is_definition_part = type_test(cst.FunctionDef, cst.Param, cst.Parameters)
+_is_assignment, _is_comprehension_scope = type_test(Assignment), type_test(ComprehensionScope)
+_is_name, _is_param, _is_call = type_test(cst.Name), type_test(cst.Param), type_test(cst.Call)
+_is_attribute, _is_aug_assign = type_test(cst.Attribute), type_test(cst.AugAssign)
+_is_with_item = type_test(cst.WithItem)
 LOOPS = (cst.For, cst.While)
 OBJECT_COPIES = ("copy.deepcopy", "copy.copy")
 PARTIAL = "functools.partial"
@@ -602,7 +616,7 @@ class Kinds:
         None entries where that cannot be told."""
         found: list[cst.BaseExpression | None] = []
         for site, source in self.reaching_sources(name):
-            if source is None and isinstance(site, cst.Param):
+            if source is None and _is_param(site):
                 found.extend(self.passed_to(site))
             else:
                 found.append(source)
@@ -632,15 +646,15 @@ class Kinds:
         current = target
         while True:
             parent = self.parents.get(current)
-            if isinstance(parent, (cst.AssignTarget, cst.Element, cst.Tuple, cst.List, cst.AsName)):
+            if _is_value_wrapper(parent):
                 current = parent
                 continue
             break
-        if isinstance(parent, (cst.Assign, cst.AnnAssign, cst.AugAssign, cst.NamedExpr)):
+        if _is_assign_like(parent):
             return parent.value
-        if isinstance(parent, cst.For) and parent.target is current:
+        if _is_for(parent) and parent.target is current:
             return parent.iter
-        if isinstance(parent, cst.WithItem):
+        if _is_with_item(parent):
             return parent.item
         return None
 
@@ -659,7 +673,7 @@ class Kinds:
                 if id(binding) in found:
                     continue
                 found[id(binding)] = binding
-                if isinstance(binding.node, cst.Name) and isinstance(self.parents.get(binding.node), cst.AugAssign):
+                if _is_name(binding.node) and _is_aug_assign(self.parents.get(binding.node)):
                     todo.append(binding.node)
         return sorted(found.values(), key=lambda b: self.index.order(b.node))
 
@@ -1371,8 +1385,8 @@ class Kinds:
         found = scope[name]
         bindings = list(found)
         table = None
-        if bindings and all(isinstance(a, Assignment) for a in bindings):
-            local = all(a.scope is scope and not isinstance(a.scope, ComprehensionScope) for a in bindings)
+        if bindings and all(_is_assignment(a) for a in bindings):
+            local = all(a.scope is scope and not _is_comprehension_scope(a.scope) for a in bindings)
             # The scopes that read a name bound around them (each comprehension and function
             # reading a module-level name) share one table.
             table = self._table(bindings, local) if local else self._shared_tables.get(found, self._table)
@@ -1391,7 +1405,7 @@ class Kinds:
         # Of the bindings that end before the use, a loop's target read in its own `in`
         # clause binds after it; every other one binds before.
         in_own_loop = any(
-            isinstance(ancestor, (cst.For, cst.CompFor)) and self.index.inside(use, ancestor.iter)
+            _is_loop_header(ancestor) and self.index.inside(use, ancestor.iter)
             for ancestor in self.index.ancestors(use)
         )
         after = [b for b in table.ordered[:split] if not self._binds_before(b.node, use, use_at)] if in_own_loop else []
@@ -1478,7 +1492,7 @@ class Kinds:
         found = self._bound_ats.get(key)
         if found is None:
             statement = self._binding_statement(target)
-            found = self._bound_ats[key] = self.index.end(statement if isinstance(statement, ASSIGN_LIKE) else target)
+            found = self._bound_ats[key] = self.index.end(statement if _is_assign_like(statement) else target)
         return found
 
     def _start(self, node: cst.CSTNode) -> int:
@@ -1486,9 +1500,9 @@ class Kinds:
 
     def _dominates(self, target: cst.CSTNode, use: cst.CSTNode) -> bool:
         statement = self._binding_statement(target)
-        if isinstance(statement, (cst.For, cst.With)):
+        if _is_for_or_with(statement):
             return self.index.inside(use, statement.body)
-        if isinstance(statement, (cst.FunctionDef, cst.Param, cst.Parameters)):
+        if _is_definition_part(statement):
             return True
         block = self._block_of(statement)
         return block is not None and self.index.inside(use, block)
@@ -1505,10 +1519,7 @@ class Kinds:
         current = target
         while True:
             parent = self.parents.get(current)
-            if parent is None or not isinstance(
-                parent,
-                (cst.Tuple, cst.List, cst.Element, cst.StarredElement, cst.AssignTarget, cst.AsName, cst.WithItem),
-            ):
+            if parent is None or not _is_target_wrapper(parent):
                 found = self._binding_statements[key] = parent if parent is not None else current
                 return found
             current = parent
@@ -1864,15 +1875,15 @@ class Kinds:
         holds one (a construction of the class, what every call passes a parameter, what a
         function of this file returns), an attribute every value of which does
         (`self.callback` set to the `callback` its constructions pass), or such a call itself."""
-        if isinstance(expr, cst.Attribute):
+        if _is_attribute(expr):
             if id(expr) not in self._attribute_instances:
                 self._attribute_instances[id(expr)] = (expr, None)  # (an attribute holding itself: not told)
                 values = self.attribute_values(expr)
                 self._attribute_instances[id(expr)] = (expr, self._class_of_values(values) if values else None)
             return self._attribute_instances[id(expr)][1]
-        if isinstance(expr, cst.Call):  # `Trainer(model).fit(...)`
+        if _is_call(expr):  # `Trainer(model).fit(...)`
             return self._class_of_values([expr])
-        if not isinstance(expr, cst.Name):
+        if not _is_name(expr):
             return None
         scope = self.scopes.get(expr)
         if scope is None:
@@ -2014,12 +2025,12 @@ class Kinds:
         command_line, bindings = self._context.command_line, self._context.bindings
         sources = self.sources(name)
         for binding in sources:
-            if isinstance(binding.node, cst.Param):
+            if _is_param(binding.node):
                 values = self.passed(binding.node) or [None]
             else:
                 values = [bindings.assigned_value(binding)]
             for value in values:
-                if isinstance(value, cst.Name) and depth < MAX_NAMESPACE_DEPTH:
+                if _is_name(value) and depth < MAX_NAMESPACE_DEPTH:
                     if not self._options_namespace(value, depth + 1):
                         return False
                 elif not command_line.parses(value):
@@ -2214,7 +2225,7 @@ class Kinds:
         `contexts.append(Context(...))`); elsewhere only iterated, indexed, measured or
         tested. None for any other binding."""
         statement = self._binding_statement(target)
-        if not (isinstance(statement, cst.For) and statement.target is target and isinstance(statement.iter, cst.Name)):
+        if not (_is_for(statement) and statement.target is target and _is_name(statement.iter)):
             return None
         listed = statement.iter
         scope = self.scopes.get(listed)

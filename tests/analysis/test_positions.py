@@ -7,6 +7,7 @@ import libcst as cst
 import pytest
 from libcst.metadata import MetadataWrapper, PositionProvider
 
+from codemod.analysis import positions as positions_module
 from codemod.analysis.index import TreeIndex
 from codemod.analysis.positions import Positions, statement_starts
 
@@ -109,3 +110,43 @@ def test_a_statement_alone_has_the_starts_libcst_gives_it_in_a_module_of_its_own
         for node, where in expected.items():
             if node is not module:
                 assert starts[node] == (where.start.line, where.start.column)
+
+
+NESTED = (
+    "import torch\n\n\n@decorate\nclass Trainer:\n    # the model\n    def fit(self, loader):\n"
+    "        for x, y in loader:\n\n            # one step\n            with torch.autocast('cuda'):\n"
+    "                loss = self.model(x).sum(\n                    1)\n            if loss > 0: skip()\n"
+    "            a = 1; b = (2,\n  3)\n        else:\n            done()\n        while True:\n"
+    "              break\n        try:\n            pass\n        except E:\n            pass\n"
+)
+
+
+@pytest.mark.parametrize(
+    "code",
+    [NESTED, (Path(__file__).resolve().parents[2] / "fixtures" / "scripts" / "seed_latentwire.py").read_text()],
+)
+def test_a_node_in_a_block_takes_the_ranges_of_its_innermost_statement_generated_alone(code, monkeypatch):
+    """Asked first for a node inside a function, a class or a loop, positions generate
+    the innermost statement of a block holding it, at its line with the blocks'
+    indentation, not the whole top-level statement: the same ranges as libcst's."""
+    module = cst.parse_module(code)
+    index = TreeIndex(module)
+    expected = MetadataWrapper(module, unsafe_skip_copy=True).resolve(PositionProvider)
+    generate = positions_module.generated
+    made = []
+    monkeypatch.setattr(
+        positions_module, "generated", lambda statement, *rest: (made.append(statement), generate(statement, *rest))[1]
+    )
+    nested = 0
+    every = 1 if code is NESTED else 9  # (a sample of a whole script's nodes: each asks `ast` again)
+    for node in index.find(cst.CSTNode)[::every]:
+        if node is module or node not in expected:
+            continue
+        made.clear()
+        positions = Positions(module, index.parents, code)  # nothing generated yet
+        assert positions[node] == expected[node], module.code_for_node(node)
+        top = next(s for s in module.body if index.inside(node, s))
+        if made[0] is not top:
+            nested += 1
+            assert index.inside(node, made[0])  # (the node's own statement, or one around it)
+    assert nested > 20
