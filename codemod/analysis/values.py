@@ -327,6 +327,8 @@ CONTAINERS = (Kind.TENSOR, Kind.BATCH)  # what a list, tuple or dict of them is:
 FUNCTIONS = (cst.FunctionDef, cst.Lambda)
 STATIC = ("staticmethod", "classmethod")
 MAX_NAMESPACE_DEPTH = 4  # names an options namespace or a config object is followed through
+# The methods through which assigning or reading one attribute may run code of the class.
+HOOKED_ACCESS = frozenset({"__setattr__", "__getattr__", "__getattribute__", "__delattr__"})
 
 
 def _leaves(block: cst.BaseSuite) -> bool:
@@ -1948,12 +1950,48 @@ class Kinds:
             values.append(statement.value)
         return self._class_of_values(values)
 
+    def stores_attributes_plainly(self, expr: cst.BaseExpression) -> bool:
+        """Is `expr` an instance of a class of this file that keeps each attribute as it is
+        assigned: no property or other decorated method, no `__setattr__`, `__getattr__`,
+        `__getattribute__` or `__delattr__`, no method but `__init__` and `__post_init__`
+        that assigns anything, and no base but `object` (a plain dataclass or config
+        record)? Assigning one of its attributes then changes no other."""
+        classdef = self.instance_class(expr)
+        if classdef is None or any(
+            not (isinstance(base.value, cst.Name) and base.value.value == "object") for base in classdef.bases
+        ):
+            return False
+        for statement in classdef.body.body:
+            if not isinstance(statement, cst.FunctionDef):
+                continue
+            if statement.decorators or statement.name.value in HOOKED_ACCESS:
+                return False
+            if statement.name.value not in ("__init__", "__post_init__") and self.index.find(
+                (cst.AssignTarget, cst.AugAssign, cst.Del), within=statement.body
+            ):
+                return False  # a method that may assign its attributes (conservatively: any assignment)
+        return True
+
+    def default_factory_of(self, expr: cst.BaseExpression | None) -> bool:
+        """Is `expr` the `default_factory=` of a dataclass field (`field(default_factory=
+        DataCfg)`): the field holds what calling it makes, not `expr` itself?"""
+        arg = self.parents.get(expr) if expr is not None else None
+        call = self.parents.get(arg) if isinstance(arg, cst.Arg) else None
+        return (
+            isinstance(call, cst.Call)
+            and arg.keyword is not None
+            and arg.keyword.value == "default_factory"
+            and self.names.is_(call.func, "dataclasses.field")
+        )
+
     def _class_of_values(self, values: list[cst.BaseExpression], depth: int = 0) -> cst.ClassDef | None:
         """The one class of this file every value is an instance of, else None."""
         classes = {}
         for value in values:
             value, returning_self = chain_of_module_methods(value)  # `Net().to(device).train()` is the `Net`
-            if isinstance(value, (cst.Name, cst.Attribute)):  # `train(model)`, `net = model.to(device)`
+            if self.default_factory_of(value):
+                classdef = self.local_class(value)  # `field(default_factory=DataCfg)`: a `DataCfg()`
+            elif isinstance(value, (cst.Name, cst.Attribute)):  # `train(model)`, `net = model.to(device)`
                 classdef = self.instance_class(value)
             elif isinstance(value, cst.Call):
                 classdef = self.local_class(value.func)
@@ -2002,8 +2040,11 @@ class Kinds:
         dataclass, NamedTuple or config class without an `__init__`, what each construction
         passes it (by keyword or, for an annotated field, by position), else its default. On
         the namespace of argparse options: the option's `choices`, and with `written` (the
-        script as written) its default where it has none."""
+        script as written) its default where it has none. Down a chain (`self.cfg.scale`), the
+        same for the object the attribute before it holds."""
         owner = expr.value
+        if isinstance(owner, cst.Attribute):
+            return self._chained_attribute_values(expr)
         if not isinstance(owner, cst.Name):
             return None
         classdef = self.instance_class(owner)
@@ -2137,6 +2178,18 @@ class Kinds:
                     found.append((part, self.element(statement.value, position) if plain else None))
         return found
 
+    def _chained_attribute_values(self, expr: cst.Attribute) -> list[cst.BaseExpression] | None:
+        """`attribute_values` of `a.b.c`: what the object `a.b` holds, of a class of this file,
+        holds in `c` (what is assigned to it, or what the constructions `a.b` holds pass)."""
+        classdef = self.instance_class(expr.value)
+        if classdef is None:
+            return None
+        table = self._attribute_table(classdef)
+        if table is None or expr.attr.value in table:
+            return table[expr.attr.value] if table is not None else None
+        holders = self.attribute_values(expr.value)
+        return self._passed_to_field(holders, classdef, expr.attr.value, 0) if holders else None
+
     def _field_values(
         self, owner: cst.Name, classdef: cst.ClassDef, field: str, depth: int = 0
     ) -> list[cst.BaseExpression] | None:
@@ -2147,15 +2200,6 @@ class Kinds:
         parameters it is handed down by (`cfg` of `Block(cfg)` of `cfg = Config()`)."""
         if _method(classdef, "__init__") is not None or depth > MAX_NAMESPACE_DEPTH:
             return None
-        fields = [
-            s.body[0].target.value
-            for s in classdef.body.body
-            if isinstance(s, cst.SimpleStatementLine)
-            and len(s.body) == 1
-            and isinstance(s.body[0], cst.AnnAssign)
-            and isinstance(s.body[0].target, cst.Name)
-        ]
-        default = _class_default(classdef, field)
         scope = self.scopes.get(owner)
         calls = []
         for binding in scope[owner.value] if scope is not None else ():
@@ -2170,13 +2214,37 @@ class Kinds:
                 continue
             statement = self._binding_statement(binding.node)
             calls.append(statement.value if isinstance(statement, cst.Assign) else None)
+        return self._passed_to_field(calls, classdef, field, depth)
+
+    def _passed_to_field(
+        self, calls: list[cst.BaseExpression | None], classdef: cst.ClassDef, field: str, depth: int
+    ) -> list[cst.BaseExpression] | None:
+        """What `calls`, the constructions of `classdef` an object may come from (or names
+        that hold one), pass to its field `field`, else its default; None when one cannot
+        be told."""
+        if _method(classdef, "__init__") is not None:
+            return None
+        fields = [
+            s.body[0].target.value
+            for s in classdef.body.body
+            if isinstance(s, cst.SimpleStatementLine)
+            and len(s.body) == 1
+            and isinstance(s.body[0], cst.AnnAssign)
+            and isinstance(s.body[0].target, cst.Name)
+        ]
+        default = _class_default(classdef, field)
         values = []
         for call in calls:
-            if isinstance(call, cst.Name):
+            if isinstance(call, cst.Name) and not self.default_factory_of(call):
                 found = self._field_values(call, classdef, field, depth + 1)
                 if found is None:
                     return None
                 values.extend(found)
+                continue
+            if self.default_factory_of(call):
+                if default is None:
+                    return None
+                values.append(default)  # built by a dataclass field's factory, with no arguments
                 continue
             if not isinstance(call, cst.Call) or any(arg.star for arg in call.args):
                 return None

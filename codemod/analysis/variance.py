@@ -187,6 +187,8 @@ class Variance:
         if self.context.kinds.fact(expr.value).kind is Kind.MODULE and not self._tokenizers.is_known(expr):
             # (a known tokenizer a model holds, `ctx.wrapper.tokenizer`, is none of its parameters)
             return f"`{self.context.source(expr.value)}` is a model: its parameters change every step"
+        if self.context.kinds.stores_attributes_plainly(expr.value):
+            return self._of_record_field(expr, region, hoisted)
         if self.attributes_assigned(expr.value, region):
             return f"`{self.context.source(expr.value)}` has attributes assigned in the loop"
         if self.changed_through(expr, region):
@@ -195,6 +197,73 @@ class Variance:
         if written is not None:
             return written
         return self.of(expr.value, region, hoisted)
+
+    def _of_record_field(self, expr: cst.Attribute, region, hoisted):
+        """`of` a field of a plain record (`cfg.data.prompt_len`, `stores_attributes_plainly`),
+        whose other fields the loop may change: no attribute of its name, or of the name of a
+        record above it, is assigned in the loop, on any object (an alias of the record
+        counts); what it holds is not changed in place; no record of its chain is handed on
+        in the loop; and its root name is not re-bound there."""
+        context = self.context
+        chain = [expr]
+        while isinstance(chain[-1].value, cst.Attribute):
+            chain.append(chain[-1].value)
+        if not all(context.kinds.stores_attributes_plainly(link.value) for link in chain[1:]):
+            return f"`{context.source(chain[-1])}` may not keep its attributes as assigned"
+        for change in self._changes(region):
+            if change.attribute == ANY_ATTRIBUTE or any(change.attribute == link.attr.value for link in chain):
+                assigned = (
+                    f"`{change.attribute}`" if change.attribute != ANY_ATTRIBUTE else "an attribute named at run time"
+                )
+                return f"{assigned} of `{context.source(change.changed)}` is assigned in the loop (line {context.line(change.where)})"
+        if self.changed_through(expr, region):
+            return f"`{context.source(expr)}` is changed in place in the loop"
+        written = call_writes(context).attribute_written(expr, region)
+        if written is not None:
+            return written
+        root = chain[-1].value
+        if not isinstance(root, cst.Name) or root.value in hoisted:
+            return self.of(root, region, hoisted)
+        rebound = self._rebound(root, region)
+        if rebound is not None:
+            return rebound
+        for record in [root, *reversed(chain[1:])]:
+            escaped = self._handed_on(record, root, region)
+            if escaped is not None:
+                return escaped
+        return None
+
+    def _handed_on(self, record: cst.BaseExpression, root: cst.Name, region) -> str | None:
+        """Why the object `record` (`cfg`, `cfg.data`) may be changed by code the loop hands it
+        to: a read of it in `region` that is neither an attribute of it nor `getattr`'s or
+        `setattr`'s first argument."""
+        parents = self.context.parents
+        for use in self.names_in(region, root.value):
+            node = use
+            while not node.deep_equals(record) and isinstance(parents.get(node), cst.Attribute):
+                node = parents.get(node)
+            parent = parents.get(node)
+            if not node.deep_equals(record) or isinstance(parent, (cst.Attribute, cst.AssignTarget)):
+                continue  # a field of it read or assigned, or (the root) bound anew: counted apart
+            call = parents.get(parent) if isinstance(parent, cst.Arg) else None
+            if (
+                isinstance(call, cst.Call)
+                and call.args[0] is parent
+                and self.context.names.is_(call.func, "builtins.getattr", "builtins.setattr", "builtins.hasattr")
+            ):
+                continue
+            return f"`{self.context.source(record)}` is handed on in the loop (line {self.context.line(node)})"
+        return None
+
+    def _rebound(self, name: cst.Name, region) -> str | None:
+        scope = self._scopes.get(name)
+        if scope is None:
+            return f"`{name.value}` is not resolved"
+        for assignment in scope[name.value]:
+            if isinstance(assignment, Assignment) and isinstance(assignment.node, cst.CSTNode):
+                if self.context.inside(assignment.node, region):
+                    return f"`{name.value}` is re-bound in the loop"
+        return None
 
     def _of_comprehension(self, expr: cst.BaseExpression, region, hoisted):
         """`of` a comprehension: invariant where the names it reads from outside are."""
@@ -316,16 +385,9 @@ class Variance:
                 if self.context.inside(region, hoisted_at)
                 else f"`{name.value}` is hoisted only out of an inner loop"
             )
-        scope = self._scopes.get(name)
-        if scope is None:
-            return f"`{name.value}` is not resolved"
-        for assignment in scope[name.value]:
-            if (
-                isinstance(assignment, Assignment)
-                and isinstance(assignment.node, cst.CSTNode)
-                and self.context.inside(assignment.node, region)
-            ):
-                return f"`{name.value}` is re-bound in the loop"
+        rebound = self._rebound(name, region)
+        if rebound is not None:
+            return rebound
         changed = self.in_place_change(name.value, region)
         if changed is not None:
             return changed

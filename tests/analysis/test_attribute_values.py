@@ -241,3 +241,57 @@ def test_a_config_handed_down_through_parameters_holds_what_its_construction_pas
         """
     )
     assert held(ctx, "cfg.width") == ["32"]
+
+
+RECORDS = """\
+from dataclasses import dataclass, field
+
+
+@dataclass
+class DataCfg:
+    prompt: str = "tag the words"
+    max_len: int = 4
+
+
+@dataclass
+class Cfg:
+    scale: float = 0.25
+    data: DataCfg = field(default_factory=DataCfg)
+
+
+class Block:
+    def __init__(self, cfg):
+        self.cfg = cfg
+
+    def forward(self):
+        print(self.cfg.scale, self.cfg.data.prompt)
+
+
+cfg = Cfg(scale=0.5)
+Block(cfg).forward()
+print(cfg.data.max_len)
+"""
+
+
+def test_down_a_chain_of_records_to_what_their_constructions_pass():
+    """`self.cfg.scale` of the `Cfg(scale=0.5)` a construction passes; a field built by
+    `field(default_factory=DataCfg)` holds a `DataCfg()`, whose fields keep their defaults."""
+    ctx = context(RECORDS)
+    assert held(ctx, "self.cfg.scale") == ["0.5"]
+    assert values(ctx).number(read(ctx, "self.cfg.scale")) is not None  # a Python number: SDPA may take it
+    assert held(ctx, "self.cfg.data.prompt") == ['"tag the words"']
+    assert held(ctx, "cfg.data.max_len") == ["4"]
+    assert ctx.kinds.instance_class(read(ctx, "cfg.data.max_len").value).name.value == "DataCfg"
+
+
+def test_a_record_keeps_its_fields_apart_unless_its_class_can_run_code_on_them():
+    ctx = context(RECORDS)
+    assert ctx.kinds.stores_attributes_plainly(read(ctx, "cfg.data.max_len").value)
+    for extra in (
+        "    @property\n    def width(self):\n        return self.max_len * 2\n",
+        "    def __setattr__(self, name, value):\n        object.__setattr__(self, name, value)\n",
+        "    def grow(self):\n        self.max_len += 1\n",
+    ):
+        code = RECORDS.replace("    max_len: int = 4\n", "    max_len: int = 4\n\n" + extra)
+        ctx = context(code)
+        assert not ctx.kinds.stores_attributes_plainly(read(ctx, "cfg.data.max_len").value), extra
