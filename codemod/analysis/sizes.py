@@ -377,28 +377,9 @@ class Sizes:
         if value is not None:
             return value
         if isinstance(expr, cst.BinaryOperation):
-            left, right = self.integer(expr.left, depth + 1), self.integer(expr.right, depth + 1)
-            if left is None or right is None:
-                return None
-            operator = expr.operator
-            if isinstance(operator, cst.Add):
-                return left + right
-            if isinstance(operator, cst.Multiply):
-                return left * right
-            if isinstance(operator, cst.FloorDivide) and right > 0:
-                return left // right
-            if isinstance(operator, cst.Power) and 0 <= right < 64:
-                return left**right
-            return None  # a difference of upper bounds bounds nothing
+            return self._integer_operation(expr, depth)
         if isinstance(expr, cst.Call):
-            if self.names.is_(expr.func, "int", "builtins.int", RUNTIME_LOCAL_BATCH) and len(expr.args) == 1:
-                return self.integer(expr.args[0].value, depth + 1)  # a process's share: at most the whole
-            if self.names.is_(expr.func, "len", "builtins.len") and len(expr.args) == 1:
-                length = self._literal_length(expr.args[0].value, depth + 1)
-                return length if length is not None else self._dim_size(expr.args[0].value, 0, depth)
-            if method_name(expr) == "size" and len(expr.args) == 1 and expr.args[0].keyword is None:
-                return self._dim_size(expr.func.value, expr.args[0].value, depth)  # `x.size(0)`
-            return None
+            return self._integer_call(expr, depth)
         if isinstance(expr, cst.Subscript):
             keyed = self._keyed_integer(expr, depth)  # `cfg["emb_dim"]`
             return keyed if keyed is not None else self._indexed_size(expr, depth)
@@ -411,6 +392,37 @@ class Sizes:
                 return None
             found = [self.integer(v, depth + 1) for v in values]
             return None if any(f is None for f in found) else max(found)
+        return None
+
+    def _integer_operation(self, expr: cst.BinaryOperation, depth: int) -> int | None:
+        """`integer` of `a + b`, `a * b`, `a // b` or `a ** b` (a difference of upper bounds
+        bounds nothing)."""
+        left, right = self.integer(expr.left, depth + 1), self.integer(expr.right, depth + 1)
+        if left is None or right is None:
+            return None
+        operator = expr.operator
+        if isinstance(operator, cst.Add):
+            return left + right
+        if isinstance(operator, cst.Multiply):
+            return left * right
+        if isinstance(operator, cst.FloorDivide) and right > 0:
+            return left // right
+        if isinstance(operator, cst.Power) and 0 <= right < 64:
+            return left**right
+        return None
+
+    def _integer_call(self, expr: cst.Call, depth: int) -> int | None:
+        """`integer` of `int(n)` (and a process's share of a batch: at most the whole),
+        `len(x)` and `x.size(0)`."""
+        if len(expr.args) != 1:
+            return None
+        if self.names.is_(expr.func, "int", "builtins.int", RUNTIME_LOCAL_BATCH):
+            return self.integer(expr.args[0].value, depth + 1)
+        if self.names.is_(expr.func, "len", "builtins.len"):
+            length = self._literal_length(expr.args[0].value, depth + 1)
+            return length if length is not None else self._dim_size(expr.args[0].value, 0, depth)
+        if method_name(expr) == "size" and expr.args[0].keyword is None:
+            return self._dim_size(expr.func.value, expr.args[0].value, depth)  # `x.size(0)`
         return None
 
     def _framed(self, expr: cst.BaseExpression) -> bool:
@@ -566,18 +578,7 @@ class Sizes:
         if depth > MAX_DEPTH:
             return None
         if isinstance(expr, (cst.Name, cst.Attribute)):
-            if isinstance(expr, cst.Attribute) and expr.attr.value in ("T", "mT"):
-                inner = self._tensor(expr.value, depth + 1)
-                return _transposed(inner, -2, -1) if inner is not None and len(inner[0]) >= 2 else None
-            fed = self._fed(expr, (), depth) if isinstance(expr, cst.Name) else None
-            if fed is not None:
-                return fed
-            values = self.values(expr, depth + 1)
-            if not values or any(value is expr for value in values):
-                return None
-            # Several bindings reach it (`if cuda: X = X.pin_memory()`): known where all agree.
-            found = {self._tensor(value, depth + 1) for value in values}
-            return found.pop() if len(found) == 1 else None
+            return self._tensor_held(expr, depth)
         if isinstance(expr, (cst.Integer, cst.Float)):
             return (), 0
         if isinstance(expr, cst.UnaryOperation) and isinstance(expr.operator, cst.Minus):
@@ -599,6 +600,22 @@ class Sizes:
                 made = self._tensor_computed(expr, depth)
             return made if made is not None else self._sequential_output(expr, depth)
         return None
+
+    def _tensor_held(self, expr: cst.Name | cst.Attribute, depth: int) -> Tensor | None:
+        """`_tensor` of a name or attribute: a transpose (`x.T`), a batch a loader feeds, or
+        what the bindings that reach it hold."""
+        if isinstance(expr, cst.Attribute) and expr.attr.value in ("T", "mT"):
+            inner = self._tensor(expr.value, depth + 1)
+            return _transposed(inner, -2, -1) if inner is not None and len(inner[0]) >= 2 else None
+        fed = self._fed(expr, (), depth) if isinstance(expr, cst.Name) else None
+        if fed is not None:
+            return fed
+        values = self.values(expr, depth + 1)
+        if not values or any(value is expr for value in values):
+            return None
+        # Several bindings reach it (`if cuda: X = X.pin_memory()`): known where all agree.
+        found = {self._tensor(value, depth + 1) for value in values}
+        return found.pop() if len(found) == 1 else None
 
     def _sequential_output(self, call: cst.Call, depth: int) -> Tensor | None:
         """What an `nn.Sequential` of `nn.Linear` layers and layers that keep their input's shape
