@@ -292,6 +292,32 @@ class Loaders:
     def is_torch_loader(self, call: cst.Call) -> bool:
         return self.names.is_(class_of_call(call), DATALOADER)
 
+    def built_each_pass(self, loader: cst.Call, loop: cst.CSTNode | None) -> cst.CSTNode | None:
+        """The loop around `loop`, the loop `loader` feeds, that builds the loader anew on each
+        of its passes (a loader made per epoch): the construction is in it, or `loop`
+        iterates a call made there of the function that builds it (`for batch in
+        module.train_dataloader():` inside the epoch loop), directly or through a name bound
+        there. Its iterator, and the workers of it, last one pass. None when it is built once."""
+        if not isinstance(loop, cst.For):
+            return None
+        around = self.index.enclosing_loops(loop)
+        inline = next((outer for outer in self.index.enclosing_loops(loader) if self.index.inside(loop, outer)), None)
+        builder = self.index.first_enclosing(loader, cst.FunctionDef)
+        if inline is not None or not around or builder is None:
+            return inline
+        for iterable, _ in self.iterated(loop.iter, loop.target):
+            values = [iterable]
+            if isinstance(iterable, cst.Name):
+                values = [
+                    self.context.bindings.assigned_value(binding)
+                    for binding in self.kinds.sources(iterable)
+                    if any(self.index.inside(binding.node, outer) for outer in around)
+                ]
+            for value in values:
+                if isinstance(value, cst.Call) and self.kinds.local_callee(value) is builder:
+                    return next((outer for outer in around if self.index.inside(value, outer)), None)
+        return None
+
     def dataset(self, loader: cst.Call) -> cst.BaseExpression | None:
         arg = kwarg(loader, "dataset") or positional(loader, 0)
         return arg.value if arg is not None else None

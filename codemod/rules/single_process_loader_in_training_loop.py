@@ -100,7 +100,10 @@ class SingleProcessLoaderInTrainingLoop(Rule):
     `num_workers = default_num_workers()` (`runtime.data`: one per usable core,
     one core left to training, at most 8, `PERFMOD_NUM_WORKERS` overrides),
     computed once before the loader, then `num_workers=num_workers` and
-    `persistent_workers=num_workers > 0`.
+    `persistent_workers=num_workers > 0`. A loader built anew on each pass of
+    a loop around the training loop (one loader per epoch) gets
+    `num_workers=default_num_workers()` alone: its workers would not outlive
+    the pass, so there is nothing for them to persist for.
 
     ## Why is this bad?
     With `num_workers=0` every `__getitem__`, transform and collate runs in the
@@ -568,10 +571,17 @@ class SingleProcessLoaderInTrainingLoop(Rule):
         guarded = self.context.loops.guarded_from_import(loop) if loop is not None else returned.guarded
         fork_only = loader_workers(self.context).unpicklable(loader) or not guarded
         value = cst.parse_expression("default_num_workers(fork_only=True)" if fork_only else "default_num_workers()")
-        if returned is not None and returned.dataset_change is not None:  # the message says why: not persistent
+        rebuilt = self.context.loaders.built_each_pass(loader, loop)
+        if rebuilt is not None or (returned is not None and returned.dataset_change is not None):
+            why = (
+                f"it is built anew on each pass of the loop on line {self.context.line(rebuilt)}, so its workers "
+                "would not outlive the pass"
+                if rebuilt is not None
+                else ""
+            )
             self.report(
                 loader,
-                message + "; give it worker processes, not persistent ones",
+                message + "; give it worker processes, not persistent ones" + (f" ({why})" if why else ""),
                 edits=[Replace(zero, value) if zero is not None else AddKeyword(anchor, "num_workers", value)],
                 imports=[IMPORT],
             )

@@ -365,3 +365,76 @@ def test_a_worker_count_of_0_in_another_spelling_is_replaced_as_0_is():
     spelled = process_source(source.replace("num_workers=0,", "num_workers=0x0,").encode(), "train.py", settings)
     assert zero.new_source is not None and spelled.new_source == zero.new_source
     assert [f.message for f in spelled.findings] == [f.message for f in zero.findings]
+
+
+PER_EPOCH = """
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+
+class Shifted(Dataset):
+    def __init__(self, n, shift):
+        self.values = [float(i + shift) for i in range(n)]
+
+    def __len__(self):
+        return len(self.values)
+
+    def __getitem__(self, i):
+        v = sum(self.values[i] for _ in range(3)) / 192  # work done per item
+        return torch.tensor([v]), torch.tensor([3 * v - 1])
+
+
+torch.manual_seed(0)
+model = torch.nn.Linear(1, 1)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for epoch in range(2):
+    loader = DataLoader(Shifted(32, epoch), batch_size=8, shuffle=True)
+    for x, y in loader:
+        loss = (model(x) - y).pow(2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        print(f"loss {loss.item()!r}")
+"""
+
+
+def test_a_loader_built_anew_each_epoch_gets_workers_that_do_not_persist(two_workers):
+    """Persistent workers outlive an epoch of one loader; a loader built on each pass of the
+    loop around the training loop has no next epoch to keep them for."""
+    result = findings(PER_EPOCH)
+    (finding,) = result.findings
+    assert (
+        finding.applied and "not persistent ones (it is built anew on each pass of the loop on line" in finding.message
+    )
+    new_source = result.new_source.decode()
+    assert "num_workers=default_num_workers(fork_only=True)" in new_source and "persistent_workers" not in new_source
+    before = losses(PER_EPOCH)
+    after = losses(new_source)
+    assert two_workers == [2, 2] and len(before) == 8
+    assert torch.equal(after, before)
+
+
+def test_a_loader_a_method_builds_for_each_epoch_gets_workers_that_do_not_persist(two_workers):
+    """`for batch in module.train_dataloader():` inside the epoch loop: a new loader each epoch."""
+    source = PER_EPOCH.replace(
+        "torch.manual_seed(0)\n",
+        "class Module:\n    def train_dataloader(self, epoch):\n"
+        "        return DataLoader(Shifted(32, epoch), batch_size=8, shuffle=True)\n\n\ntorch.manual_seed(0)\n",
+    ).replace(
+        "    loader = DataLoader(Shifted(32, epoch), batch_size=8, shuffle=True)\n    for x, y in loader:\n",
+        "    for x, y in Module().train_dataloader(epoch):\n",
+    )
+    result = findings(source)
+    (finding,) = result.findings
+    assert finding.applied and "built anew on each pass of the loop on line" in finding.message
+    new_source = result.new_source.decode()
+    assert "persistent_workers" not in new_source
+    assert torch.equal(losses(new_source), losses(source)) and two_workers == [2, 2]
+
+
+def test_a_loader_built_once_before_the_epochs_keeps_persistent_workers():
+    source = PER_EPOCH.replace(
+        "for epoch in range(2):\n    loader = DataLoader(Shifted(32, epoch), batch_size=8, shuffle=True)\n",
+        "loader = DataLoader(Shifted(32, 0), batch_size=8, shuffle=True)\nfor epoch in range(2):\n",
+    )
+    assert "persistent_workers=num_workers > 0" in findings(source).new_source.decode()
