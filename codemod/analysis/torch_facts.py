@@ -258,6 +258,9 @@ DETERMINISTIC_TENSOR_METHODS = (SAME_PLACE_METHODS | MOVE_METHODS) - RANDOM_METH
 # torch functions whose result depends on their arguments alone: no draw from the RNG, no
 # uninitialized memory (made once instead of once per step, they give the same tensor).
 DETERMINISTIC_FACTORIES = functions(Category.FACTORY, random=False, uninitialized=False)
+# ... and every pure torch function of that kind: a computation (`torch.tril(x)`) gives the
+# same result wherever its operands are the same.
+DETERMINISTIC_FUNCTIONS = functions(pure=True, uninitialized=False)
 # Tensor methods whose result may be the receiver or share its storage (a view, a cast
 # with nothing to do), and attributes that are such views.
 SHARING_METHODS = methods(shares=True)

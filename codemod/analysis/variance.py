@@ -68,11 +68,11 @@ from codemod.analysis.scopes import PerBindings, reads_of
 from codemod.analysis.tokenizers import tokenizers
 from codemod.analysis.torch_facts import (
     DETERMINISTIC_FACTORIES,
+    DETERMINISTIC_FUNCTIONS,
     DETERMINISTIC_TENSOR_METHODS,
     MUTATING_METHODS,
     NOT_SAME_PLACE_METHODS,
     PURE_BUILTINS,
-    PURE_TORCH_FUNCTIONS,
     RANDOM_FUNCTIONS,
     RANDOM_METHODS,
     SAME_PLACE_METHODS,
@@ -289,7 +289,7 @@ class Variance:
         names = self.context.names.of(call.func)
         if names & DETERMINISTIC_FACTORIES and kwarg(call, "requires_grad") is not None:
             return "a tensor that requires grad collects gradients: made once, they would pile up across steps"
-        if names & (DETERMINISTIC_FACTORIES | PURE_BUILTINS | PURE_TORCH_FUNCTIONS):
+        if names & (DETERMINISTIC_FUNCTIONS | PURE_BUILTINS):
             # a factory, or a computation (`torch.tril(x)`) that is invariant where its operands are
             return self.of_all(args, region, hoisted)
         known, receiver = self._tokenizers.tokenizer_call(call)

@@ -227,3 +227,17 @@ def test_texts_picked_from_a_list_by_the_step_are_still_a_corpus():
     )
     findings, new = run(code)
     assert new == code and len(findings) == 1 and "if the texts come from a fixed corpus" in findings[0].message
+
+
+@pytest.mark.parametrize(
+    ("line", "moved"),
+    [
+        ("    mask = torch.tril(torch.ones(4, 4))\n", True),  # a computation of invariant operands
+        ("    mask = torch.tril(torch.empty(4, 4))\n", False),  # uninitialized memory: not the same tensor
+    ],
+)
+def test_torch_computations_move_where_their_operands_are_invariant_and_initialized(line, moved):
+    code = HEAD + "for step in range(3):\n" + line + "    loss = (model(torch.tensor([1])) @ mask[:8, :1]).sum()\n"
+    code += "    loss.backward()\n    opt.step()\n"
+    findings, new = run(code)
+    assert (new != code) is moved
