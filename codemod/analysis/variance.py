@@ -256,6 +256,7 @@ class Variance:
         return None
 
     def _rebound(self, name: cst.Name, region) -> str | None:
+        """Why `name` may hold another object on some iteration of `region`: it is bound there."""
         scope = self._scopes.get(name)
         if scope is None:
             return f"`{name.value}` is not resolved"
