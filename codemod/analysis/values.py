@@ -1952,16 +1952,24 @@ class Kinds:
 
     def stores_attributes_plainly(self, expr: cst.BaseExpression) -> bool:
         """Is `expr` an instance of a class of this file that keeps each attribute as it is
-        assigned: no property or other decorated method, no `__setattr__`, `__getattr__`,
-        `__getattribute__` or `__delattr__`, no method but `__init__` and `__post_init__`
-        that assigns anything, and no base but `object` (a plain dataclass or config
-        record)? Assigning one of its attributes then changes no other."""
+        assigned: no property or other decorated method, no class attribute made by a call
+        but a dataclass `field(...)` (it may be a descriptor), no `__setattr__`,
+        `__getattr__`, `__getattribute__` or `__delattr__`, no method but `__init__` and
+        `__post_init__` that assigns anything, and no base but `object` (a plain dataclass
+        or config record)? Assigning one of its attributes then changes no other."""
         classdef = self.instance_class(expr)
         if classdef is None or any(
             not (isinstance(base.value, cst.Name) and base.value.value == "object") for base in classdef.bases
         ):
             return False
         for statement in classdef.body.body:
+            if isinstance(statement, cst.SimpleStatementLine) and any(
+                isinstance(small, (cst.Assign, cst.AnnAssign))
+                and isinstance(small.value, cst.Call)
+                and not self.names.is_(small.value.func, "dataclasses.field")
+                for small in statement.body
+            ):
+                return False  # a class attribute made by a call may be a descriptor (`width = property(...)`)
             if not isinstance(statement, cst.FunctionDef):
                 continue
             if statement.decorators or statement.name.value in HOOKED_ACCESS:

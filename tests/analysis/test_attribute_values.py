@@ -291,6 +291,7 @@ def test_a_record_keeps_its_fields_apart_unless_its_class_can_run_code_on_them()
         "    @property\n    def width(self):\n        return self.max_len * 2\n",
         "    def __setattr__(self, name, value):\n        object.__setattr__(self, name, value)\n",
         "    def grow(self):\n        self.max_len += 1\n",
+        "    width = property(lambda self: self.max_len * 2)\n",
     ):
         code = RECORDS.replace("    max_len: int = 4\n", "    max_len: int = 4\n\n" + extra)
         ctx = context(code)
