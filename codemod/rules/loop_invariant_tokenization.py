@@ -109,7 +109,11 @@ class LoopInvariantTokenization(Rule):
     deterministic factories; tensor conversions such as `.to(device)`), no
     variable it reads is re-bound or changed in place inside the loop, and the
     value it produces is not changed in place there either (aliasing: the
-    hoisted object is now shared by every step). A function, or a method of a
+    hoisted object is now shared by every step). A field of a config record
+    (a dataclass of your file with no property, no attribute hooks and no
+    method that assigns) counts as changed only where the loop may assign
+    that field, on any object, or replace or hand on a record it is read
+    through: the loop may change the record's other fields. A function, or a method of a
     tokenizer class of your own, is pure when it reads only its arguments and
     attributes that nothing changes after `__init__` (a vocabulary dict), and
     calls only pure code; one that keeps a counter on `self`, draws random
