@@ -33,6 +33,7 @@ from codemod.analysis.torch_facts import (
     PER_PROCESS_ENVIRONMENT,
     PER_PROCESS_MODULES,
     PER_PROCESS_SOURCES,
+    PER_RANK_BATCH_NORMS,
     SAVE_FUNCTIONS,
     TORCH_DRAWS,
     ZOO_MODELS_WITHOUT_BATCH_NORM,
@@ -132,11 +133,6 @@ DATA_PARALLEL = {
     "torch.nn.DataParallel",
     "torch.nn.parallel.DataParallel",
     "torch.nn.parallel.data_parallel.DataParallel",
-}
-BATCH_NORMS = {
-    f"{prefix}.{name}"
-    for prefix in ("torch.nn", "torch.nn.modules.batchnorm")
-    for name in ("BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "LazyBatchNorm1d", "LazyBatchNorm2d", "LazyBatchNorm3d")
 }
 
 # Random draws, by the generator they draw from.
@@ -351,7 +347,7 @@ def batch_norms(context: FileContext) -> list[cst.Call]:
     those known to hold none: `torchvision.models.vgg19`)."""
     if "BatchNorm" not in context.code and not any(zoo.split(".")[0] in context.code for zoo in MODEL_ZOOS):
         return []
-    found = calls_named(context, BATCH_NORMS, MODEL_ZOOS)
+    found = calls_named(context, PER_RANK_BATCH_NORMS, MODEL_ZOOS)
     return [call for call in found if not context.names.is_(call.func, *ZOO_MODELS_WITHOUT_BATCH_NORM)]
 
 

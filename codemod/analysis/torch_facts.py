@@ -459,6 +459,9 @@ LEADING_DIM_LAYERS = (
 )
 # Layers whose output for one sample depends on the other samples of the batch (in training mode).
 BATCH_MIXING_LAYERS = functions(Category.NORM_LAYER, Category.BATCH_NORM, mixes_batch=True)
+# ... the module layers among them that take their statistics from one process's share of the
+# batch in a data-parallel run (BatchNorm; SyncBatchNorm gathers them over every process).
+PER_RANK_BATCH_NORMS = functions(Category.NORM_LAYER, mixes_batch=True, across_ranks=False)
 NN_STATELESS = functions(stateless=True)  # layers of torch.nn without parameters or buffers
 # The plain dropout as a function, in torch.nn.functional and torch.
 FUNCTIONAL_DROPOUTS = functions(Category.UNARY, random=True, short="dropout")

@@ -268,6 +268,8 @@ class Op(NamedTuple):
     fills: bool = False  # it writes one value to every element, whatever they held (`zero_`, `fill_`)
     # In training mode a sample's output depends on the other samples of its batch (batch statistics).
     mixes_batch: bool = False
+    # Its batch statistics are gathered over every process of a data-parallel run (SyncBatchNorm).
+    across_ranks: bool = False
     # An `nn` layer whose input may have any leading dims (`(*)` in torch's docs), each row
     # computed alone, where neither its category nor `last_dims` says so (`nn.Embedding`).
     any_leading_dims: bool = False
@@ -367,7 +369,7 @@ _VIEWS = "view_as reshape_as t expand_as narrow as_strided select diagonal"
 _ELEMENTWISE_LAYERS = (
     "GELU ReLU SiLU Tanh Sigmoid Identity Softplus ELU LeakyReLU Mish Hardswish ReLU6 SELU CELU Hardtanh"
 )
-_BATCH_NORMS = "BatchNorm1d BatchNorm2d BatchNorm3d LazyBatchNorm1d LazyBatchNorm2d LazyBatchNorm3d SyncBatchNorm"
+_BATCH_NORMS = "BatchNorm1d BatchNorm2d BatchNorm3d LazyBatchNorm1d LazyBatchNorm2d LazyBatchNorm3d"
 _POOLING_LAYERS = (
     "MaxPool1d MaxPool2d MaxPool3d AvgPool1d AvgPool2d AvgPool3d AdaptiveAvgPool1d AdaptiveAvgPool2d "
     "AdaptiveAvgPool3d AdaptiveMaxPool1d AdaptiveMaxPool2d"
@@ -517,7 +519,14 @@ ENTRIES: list[Op] = [
     *_ops(Category.NORM_LAYER, "GroupNorm", prefixes=("torch.nn.",)),
     *_ops(Category.NORM_LAYER, "Softmax", prefixes=("torch.nn.", "torch.nn.modules.activation.")),
     *_ops(Category.NORM_LAYER, "LogSoftmax", prefixes=("torch.nn.",)),
-    *_ops(Category.NORM_LAYER, _BATCH_NORMS, prefixes=("torch.nn.",), mixes_batch=True),
+    *_ops(Category.NORM_LAYER, _BATCH_NORMS, prefixes=("torch.nn.", "torch.nn.modules.batchnorm."), mixes_batch=True),
+    *_ops(
+        Category.NORM_LAYER,
+        "SyncBatchNorm",
+        prefixes=("torch.nn.", "torch.nn.modules.batchnorm."),
+        mixes_batch=True,
+        across_ranks=True,
+    ),
     *_ops(Category.BATCH_NORM, "batch_norm", prefixes=(f"{FUNCTIONAL}.",), mixes_batch=True),
     *_ops(Category.POOLING_LAYER, _POOLING_LAYERS, prefixes=("torch.nn.",)),
     *_ops(Category.RESHAPING_LAYER, _RESHAPING_LAYERS, prefixes=("torch.nn.",)),

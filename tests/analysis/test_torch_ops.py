@@ -15,7 +15,12 @@ import sys
 import pytest
 import torch
 
-from codemod.analysis.torch_facts import DDP_ANSWERS, DEVICE_AND_DTYPE_KEEPING_METHODS
+from codemod.analysis.torch_facts import (
+    BATCH_MIXING_LAYERS,
+    DDP_ANSWERS,
+    DEVICE_AND_DTYPE_KEEPING_METHODS,
+    PER_RANK_BATCH_NORMS,
+)
 from codemod.analysis.torch_ops import (
     ATTRIBUTES,
     DTYPE_OF,
@@ -1209,3 +1214,14 @@ def test_pairwise_functions_multiply_matrices(name):
         resolve(name)(*((x, x) if OPS.get(name, None) and OPS[name].short == "cdist" else (x,)))
     products = {"aten::mm", "aten::bmm", "aten::addmm", "aten::matmul"}
     assert bool(products & {event.name for event in run.events()}) == (name in functions(Category.PAIRWISE))
+
+
+def test_batch_norms_that_normalise_over_one_process_share_are_told_from_sync_batch_norm():
+    """PM601's BatchNorm obstacle comes from the table: SyncBatchNorm gathers its statistics
+    over every process of a data-parallel run, the other BatchNorm layers do not."""
+    assert "torch.nn.BatchNorm2d" in PER_RANK_BATCH_NORMS and "torch.nn.SyncBatchNorm" not in PER_RANK_BATCH_NORMS
+    assert {"torch.nn.SyncBatchNorm", "torch.nn.BatchNorm2d"} <= BATCH_MIXING_LAYERS
+    for name in PER_RANK_BATCH_NORMS:
+        module, _, short = name.rpartition(".")
+        layer = getattr(importlib.import_module(module), short)
+        assert issubclass(layer, torch.nn.modules.batchnorm._BatchNorm) or "Lazy" in short
