@@ -109,17 +109,24 @@ import sys, time, torch
 from torch.utils.data import DataLoader, TensorDataset
 from runtime.profile import attribute
 data = TensorDataset(torch.randn(64, 4), torch.randn(64))
-for workers in (0, 1):
+
+def measured(workers):
     batches = iter(DataLoader(data, batch_size=4, num_workers=workers))
     next(batches)
-    time.sleep(0.3)  # the worker's next batch is ready and waiting
+    time.sleep(0.5)  # the worker's next batch is ready and waiting
     with torch.profiler.profile(with_stack=True) as prof:
         next(batches)
     result = attribute(prof, ["loader_next.py"], None, time.time_ns(), False)
     totals = {}
     for entry in result["entries"]:
         totals[entry["category"]] = totals.get(entry["category"], 0) + entry["ns"]
-    print(totals.get("data", 0), totals.get("handoff", 0))
+    return totals.get("data", 0), totals.get("handoff", 0)
+
+
+print(*measured(0))
+# On a loaded machine the worker may not have run within the sleep: the least waited of
+# three tries is the ready batch's hand-off.
+print(*min((measured(1) for _ in range(3)), key=lambda t: t[0] - t[1]))
 """
 
 

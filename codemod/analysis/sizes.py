@@ -270,7 +270,8 @@ class Sizes:
         self._indices: list[cst.Param] = []  # the index parameter of a `__getitem__` being sized
         self._syncs: dict[int, cst.Call | None] = {}
         self._steps: dict[int, ModuleSize | None] = {}
-        self._model_calls: dict[int, list[cst.Call]] = {}  # the calls of sized models each step loop makes
+        # the calls of sized models each step loop makes, each with its model's size
+        self._model_calls: dict[int, list[tuple[cst.Call, ModuleSize]]] = {}
         self._visiting: set[tuple[int, tuple[int, ...]]] = set()
         self._optimizer_counted = False  # `saved`: an optimizer's state was counted
 
@@ -1873,23 +1874,24 @@ class Sizes:
     def step_rows(self, loop: cst.CSTNode) -> int | None:
         """The most rows a matrix product of a pass of `loop` runs over, from the largest batch
         its models are called on (`step_work`): every id of a batch of indices, which
-        embeddings turn into rows; for a float batch, its leading dims, or its elements over
-        the narrowest product's input width where that is more (a model may transpose its
-        batch's features to the front). An estimate, not a bound: a model that repeats its
-        input runs more. None when the step convolves (its products run over positions the
-        batch does not show), or its models or a tensor they are given cannot be sized."""
+        embeddings turn into rows; for a float batch, its leading dims, or, where a dim of the
+        batch is the input width of one of the called model's products, its elements over that
+        width when that is more (the model moves those features last: spectrogram frames
+        transposed to rows). An estimate, not a bound: a model that repeats its input runs
+        more. None when the step convolves (its products run over positions the batch does not
+        show), or its models or a tensor they are given cannot be sized."""
         work = self.step_work(loop)
         if work is None or work.convolves or not work.products:
             return None
-        narrowest = min(k for k, _ in work.products)
-        found = [self._call_rows(call, narrowest) for call in self._model_calls.get(id(loop), ())]
+        found = [self._call_rows(call, size) for call, size in self._model_calls.get(id(loop), ())]
         return max(found) if found and None not in found and any(found) else None
 
-    def _call_rows(self, call: cst.Call, narrowest: int) -> int | None:
+    def _call_rows(self, call: cst.Call, model: ModuleSize) -> int | None:
         """The rows of the largest tensor a model call is given, 0 for a method of the model
         given none (`model.no_sync()`); None when one of its arguments may be a tensor of
         unknown shape (numbers, strings, None and booleans are no tensors), or the model is
         called on no tensor (what it runs over is made inside)."""
+        widths = {k for k, _ in model.products or ()}
         found = []
         for arg in call.args:
             if isinstance(arg.value, (cst.SimpleString, cst.FormattedString, cst.ConcatenatedString)):
@@ -1903,7 +1905,8 @@ class Sizes:
             if not element:
                 continue  # a Python number
             if values_of(self.context).dtype(arg.value) == FLOAT or element in FLOAT_ELEMENT_BYTES:
-                found.append(max(math.prod(shape[:-1]), -(-math.prod(shape) // narrowest)))
+                moved_last = [math.prod(shape) // dim for dim in shape[:-1] if dim in widths]
+                found.append(max([math.prod(shape[:-1]), *moved_last]))
             else:
                 found.append(math.prod(shape))
         if found:
@@ -1938,7 +1941,7 @@ class Sizes:
             if size is not None and size.products is not None:
                 total = total.plus(size)
                 ran = True
-                self._model_calls.setdefault(id(loop), []).append(call)
+                self._model_calls.setdefault(id(loop), []).append((call, size))
             elif self._runs_unsized_model(call, model):
                 return None
         return total if ran else None

@@ -128,9 +128,8 @@ for step in range(100):
 
 
 def test_rows_are_the_samples_of_a_float_batch_and_every_id_of_a_batch_of_indices():
-    # 32 samples of 512 features; over the narrowest product's 256 inputs they could make 64
-    # rows, which the estimate takes, the larger
-    assert step_rows(loader_script(32)) == 64
+    # 32 samples of 512 features: no other dim of the batch is a width the model multiplies by
+    assert step_rows(loader_script(32)) == 32
     assert step_rows(TOKENS) == 32 * 16  # each id is looked up into a row
     assert step_rows(TOKENS.replace("torch.randint(0, 100, (B, T))", "make_batch()")) is None
 
@@ -140,6 +139,50 @@ def test_a_float_batch_whose_features_are_not_last_counts_its_elements_over_the_
     assert step_rows(FRAMES) == 4 * 80 * 3000 // 80
     found = findings(FRAMES)  # 2 x 12,000 x 80 x 256 flops: 25 us, longer than a launch
     assert set(found) == {"PM301", "PM302"} and all(f.applied for f in found.values())
+
+
+# A 784-500-10 MLP on MNIST images flattened in the step (the shape of many tutorials).
+FLATTENED = """\
+import torch
+import torch.nn as nn
+import torchvision
+import torchvision.transforms as transforms
+
+train = torchvision.datasets.MNIST(root="data", train=True, transform=transforms.ToTensor(), download=True)
+loader = torch.utils.data.DataLoader(dataset=train, batch_size=100, shuffle=True)
+
+
+class NeuralNet(nn.Module):
+    def __init__(self, input_size, hidden_size, num_classes):
+        super().__init__()
+        self.fc1 = nn.Linear(input_size, hidden_size)
+        self.relu = nn.ReLU()
+        self.fc2 = nn.Linear(hidden_size, num_classes)
+
+    def forward(self, x):
+        return self.fc2(self.relu(self.fc1(x)))
+
+
+model = NeuralNet(784, 500, 10).to("cuda")
+criterion = nn.CrossEntropyLoss()
+optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+for epoch in range(5):
+    for i, (images, labels) in enumerate(loader):
+        images = images.reshape(-1, 28 * 28).to("cuda")
+        loss = criterion(model(images), labels.to("cuda"))
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+"""
+
+
+def test_rows_are_not_the_elements_over_a_width_no_dim_of_the_batch_has():
+    # 100 x 784 elements would make 156.8 rows of the second layer's 500 inputs: no view of
+    # the batch has that shape, so the rows are its 100 samples
+    assert step_rows(FLATTENED) == 100
+    found = findings(FLATTENED)  # 2 x 100 x 784 x 500 flops: 4.0 us, less than a launch
+    assert set(found) == {"PM301", "PM302"} and not any(f.applied for f in found.values())
+    assert "100 x 784 by 784 x 500" in found["PM302"].message
 
 
 def test_a_products_device_time_is_its_arithmetic_or_its_memory_traffic_whichever_is_longer():
