@@ -16,6 +16,11 @@ calls runs where that call runs: `runs_in(node)` gives the step loops a node
 runs in with the calls that lead there, so a rule can see an `if step % k:`
 around a call to an evaluation helper.
 
+A loop in a test that pytest collects (a `test*` function, or method of a `Test*` class, in
+a `test_*.py` or `*_test.py` module, pytest's defaults) is no step loop: it trains a few
+steps to check the numbers it pins, which a speed rewrite would change and nothing would
+repay.
+
 `step_loop_of(node)` stays lexical (the step loop whose body holds the node in
 the same function): rules that move code within a loop need the loop the code
 is written in.
@@ -25,6 +30,7 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from collections.abc import Iterator
+from pathlib import PurePath
 from typing import TYPE_CHECKING, NamedTuple
 
 import libcst as cst
@@ -119,8 +125,33 @@ class TrainingLoops:
             if any(self._index.inside(loop, step) for step in steps):
                 continue  # a per-sample or micro-batch loop inside a step loop
             steps.append(loop)
+        self._tests = self._pytest_tests()
+        steps = [loop for loop in steps if not self.in_test(loop)]
         self.step_loops: list[cst.CSTNode] = sorted(steps, key=index.order)
         self._steps = set(self.step_loops)
+
+    def in_test(self, node: cst.CSTNode) -> bool:
+        """Is `node` in a test pytest collects (see the module's docstring)?"""
+        return any(self._index.inside(node, test) for test in self._tests)
+
+    def _pytest_tests(self) -> list[cst.FunctionDef]:
+        """The tests pytest collects from this module with its default settings: `test*`
+        functions of the module and `test*` methods of its `Test*` classes, where the
+        module's file is named `test_*.py` or `*_test.py`."""
+        name = PurePath(self.context.path).name
+        if not (name.startswith("test_") or name.endswith("_test.py")) or not name.endswith(".py"):
+            return []
+        tests = []
+        for statement in self.context.module.body:
+            if isinstance(statement, cst.FunctionDef) and statement.name.value.startswith("test"):
+                tests.append(statement)
+            elif isinstance(statement, cst.ClassDef) and statement.name.value.startswith("Test"):
+                tests += [
+                    method
+                    for method in statement.body.body
+                    if isinstance(method, cst.FunctionDef) and method.name.value.startswith("test")
+                ]
+        return tests
 
     # -- code of this function -------------------------------------------------------
 

@@ -320,3 +320,65 @@ def test_parameter_models(code, models):
     params = optimizer.args[0].value
     found = ctx.training.parameter_models(params)
     assert (None if found is None else [ctx.source(m) for m in found]) == models
+
+
+# -- tests pytest collects are no training program --------------------------------------
+
+PYTEST_TRAINING = """\
+import torch
+import torch.nn.functional as F
+
+
+def make():
+    return torch.nn.Linear(8, 2).cuda()
+
+
+def test_loss_goes_down():
+    model = make()
+    opt = torch.optim.AdamW(model.parameters())
+    for _ in range(3):
+        x = torch.randn(4, 8).cuda()
+        loss = F.cross_entropy(model(x), torch.zeros(4, dtype=torch.long).cuda())
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    assert loss.item() < 1.0
+"""
+
+
+def _findings(code: str, path: str):
+    from codemod.config import Settings
+    from codemod.engine import process_source
+    from codemod.rule import Level
+
+    result = process_source(code.encode(), path, Settings(select=("PM",), level=Level.UNSAFE))
+    assert result.error is None, result.error
+    return result.findings
+
+
+@pytest.mark.parametrize("path", ["tests/test_training.py", "training_test.py"])
+def test_a_test_pytest_collects_has_no_step_loop_and_no_finding(path):
+    ctx = FileContext.of_source(PYTEST_TRAINING, path)
+    assert ctx.loops.step_loops == [] and ctx.loops.in_test(ctx.index.find(cst.For)[0])
+    assert _findings(PYTEST_TRAINING, path) == []
+
+
+def test_a_method_of_a_test_class_is_a_test():
+    head, body = PYTEST_TRAINING.split("def test_loss_goes_down():\n")
+    code = head + "class TestTraining:\n    def test_loss(self):\n" + textwrap.indent(body, "    ")
+    assert len(FileContext.of_source(code, "train.py").loops.step_loops) == 1
+    assert FileContext.of_source(code, "test_training.py").loops.step_loops == []
+    assert _findings(code, "test_training.py") == []
+
+
+@pytest.mark.parametrize(
+    "path, code",
+    [
+        ("train.py", PYTEST_TRAINING),  # the same function in a module pytest does not collect
+        ("test_lr.py", PYTEST_TRAINING.replace("def test_loss_goes_down", "def main")),  # a script named test_*
+        ("test_lr.py", PYTEST_TRAINING.replace("class ", "").replace("def test_loss_goes_down", "def run_test")),
+    ],
+)
+def test_training_outside_a_collected_test_keeps_its_step_loop_and_findings(path, code):
+    assert len(FileContext.of_source(code, path).loops.step_loops) == 1
+    assert {f.code for f in _findings(code, path)} >= {"PM402"}
