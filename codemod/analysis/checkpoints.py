@@ -17,7 +17,8 @@ module of the project called in the loop.
   per rank, state sharded across ranks, a file used after the save), or `NotACheckpoint` for
   a save that writes no checkpoint file (an `io.BytesIO`) or has nothing to overlap with
   (`ends_after`: a `return` right after it, or the `break` that ends the loop, also a later
-  `if last_step: break` on the test the save ran under);
+  `if last_step: break` on a test the save's test holds only when it holds: the same, a
+  conjunct of it, or each disjunct but those certainly false, `Values.truth`);
 - `later_use(path, statement, loop)`: a use of the saved file that may run before a
   background write of it is done (after the save, or anywhere in the loop: the next
   iteration); `plan` also counts a use in another function the loop runs (a callback's
@@ -386,9 +387,12 @@ class Checkpoints:
         """Does the code end right after `statement` (a save: the final one, nothing runs
         after it to overlap with): a `return` follows it in its block, or in a block of an
         `if` around it, or a `break` does that ends `loop` (`if last_step: torch.save(...)`
-        then `break`), or a later `if` of the test of an `if` whose body holds it, that
-        breaks out of `loop` (`if last_step: save(...)`, later `if last_step: break`), none
-        of the test's names bound again and no `continue` of `loop` in between?"""
+        then `break`), or a later `if` that breaks out of `loop` on a test of names alone
+        that the test of an `if` whose body holds it holds only when it holds
+        (`_holds_only_when`: `if last_step: save(...)` or `if master and (last_step or
+        (args.save_every > 0 and ...)): save(...)` with the field's default 0, later `if
+        last_step: break`), none of that test's names bound again and no `continue` of
+        `loop` in between?"""
         parents = self.context.parents
         node, tests, between = statement, [], []
         while True:
@@ -406,7 +410,7 @@ class Checkpoints:
                     return True
                 between.append(following)
             owner = parents.get(block)
-            if isinstance(owner, cst.If) and owner.body is block and self._steady_test(owner.test):
+            if isinstance(owner, cst.If) and owner.body is block:
                 tests.append(owner.test)
             while isinstance(owner, (cst.If, cst.Else)) and not isinstance(parents.get(owner), cst.IndentedBlock):
                 owner = parents.get(owner)  # up an `elif` chain to its first `if`
@@ -419,6 +423,21 @@ class Checkpoints:
         none of them is bound again."""
         return not self.context.index.find((cst.Call, cst.Attribute, cst.Subscript), within=test)
 
+    def _holds_only_when(self, test: cst.BaseExpression, condition: cst.BaseExpression) -> bool:
+        """Does `test` hold only when `condition` does: it is `condition`, or `a and b` with a
+        side that holds only when it does, or `a or b` with each side either such or
+        certainly false at the values the code fixes (`Values.truth`: `last_step or
+        (args.save_every > 0 and ...)` with the field's default 0)?"""
+        if _bare(test).deep_equals(_bare(condition)):
+            return True
+        if not isinstance(test, cst.BooleanOperation):
+            return False
+        sides = (test.left, test.right)
+        if isinstance(test.operator, cst.And):
+            return any(self._holds_only_when(side, condition) for side in sides)
+        truth = values(self.context).truth
+        return all(self._holds_only_when(side, condition) or truth(side) is False for side in sides)
+
     def _breaks_on(self, statement: cst.If, tests: list, between: list, loop: cst.CSTNode | None) -> bool:
         """Is `statement` an `if` of one of `tests` whose body starts with the `break` of
         `loop`, with nothing in `between` that binds a name of that test or continues `loop`?"""
@@ -427,7 +446,8 @@ class Checkpoints:
             isinstance(first, cst.SimpleStatementLine)
             and isinstance(first.body[0], cst.Break)
             and _innermost_loop(self.context.parents, statement) is loop
-            and any(statement.test.deep_equals(test) for test in tests)
+            and self._steady_test(statement.test)
+            and any(self._holds_only_when(test, statement.test) for test in tests)
         ):
             return False
         read = {name.value for name in self.context.index.find(cst.Name, within=statement.test)}
@@ -877,6 +897,11 @@ def _container_parts(value: cst.BaseExpression):
     elif isinstance(value, (cst.List, cst.Tuple)):
         for element in value.elements:
             yield from _container_parts(element.value)
+
+
+def _bare(expr: cst.BaseExpression) -> cst.BaseExpression:
+    """`expr` without the parentheses around it (`(last_step)` is `last_step`)."""
+    return expr.with_changes(lpar=[], rpar=[]) if getattr(expr, "lpar", None) else expr
 
 
 def _is_true(node: cst.BaseExpression) -> bool:

@@ -60,6 +60,10 @@ number `.item()` gives.
                                      dtype (`torch.bfloat16`, a name bound to one)
     values(context).number(expr)     INT for a certain Python int, NUMBER for a certain
                                      Python number (int or float); None otherwise
+    values(context).fixed_number(expr)  the number `expr` certainly holds (a literal, a name
+                                     or a never-written field default bound to one), or None
+    values(context).truth(test)      True / False when a condition certainly holds / does
+                                     not at those numbers (`args.save_every > 0`), else None
 
 The one number question (`number`), asked by every reader that needs to know that an
 expression is a Python number and not a tensor (layouts, attention scales, position
@@ -99,6 +103,7 @@ from __future__ import annotations
 
 import enum
 import functools
+import operator
 import re
 from bisect import bisect_left
 from collections.abc import Collection, Iterator
@@ -341,6 +346,15 @@ def _leaves(block: cst.BaseSuite) -> bool:
 
 
 MAX_RETURN_DEPTH = 4  # how many calls deep what functions of this file return is followed
+# The comparisons `Values.truth` decides between numbers it knows.
+NUMBER_COMPARISONS = {
+    cst.LessThan: operator.lt,
+    cst.LessThanEqual: operator.le,
+    cst.GreaterThan: operator.gt,
+    cst.GreaterThanEqual: operator.ge,
+    cst.Equal: operator.eq,
+    cst.NotEqual: operator.ne,
+}
 # (path, function, parameter) whose callers in other modules are being read: a module that
 # passes the loader back to the one asking is not followed around again.
 _PACKAGE_PARAMS_ASKED: set[tuple[str, str, str]] = set()
@@ -2058,9 +2072,10 @@ class Kinds:
         classdef = self.instance_class(owner)
         if classdef is not None:
             table = self._attribute_table(classdef)
-            if table is None or expr.attr.value in table:
-                return table[expr.attr.value] if table is not None else None
-            return self._field_values(owner, classdef, expr.attr.value)
+            if table is None:
+                return None
+            built = self._field_values(owner, classdef, expr.attr.value)
+            return _built_or_written(built, table, expr.attr.value)
         option = self._context.command_line.option(expr.attr.value) if self._options_namespace(owner) else None
         if option is None:
             return None
@@ -2193,10 +2208,11 @@ class Kinds:
         if classdef is None:
             return None
         table = self._attribute_table(classdef)
-        if table is None or expr.attr.value in table:
-            return table[expr.attr.value] if table is not None else None
+        if table is None:
+            return None
         holders = self.attribute_values(expr.value)
-        return self._passed_to_field(holders, classdef, expr.attr.value, 0) if holders else None
+        built = self._passed_to_field(holders, classdef, expr.attr.value, 0) if holders else None
+        return _built_or_written(built, table, expr.attr.value)
 
     def _field_values(
         self, owner: cst.Name, classdef: cst.ClassDef, field: str, depth: int = 0
@@ -2816,6 +2832,19 @@ def _class_default(cls: cst.ClassDef, attr: str) -> cst.BaseExpression | None:
     return None
 
 
+def _built_or_written(
+    built: list[cst.BaseExpression] | None, table: dict[str, list[cst.BaseExpression] | None], attr: str
+) -> list[cst.BaseExpression] | None:
+    """What an attribute of an instance may hold: what its construction gives the field
+    (`built`, for a class without an `__init__`; None when not told) and what is assigned
+    to it anywhere (`table`): a dataclass field written after construction holds its
+    default or passed value until then."""
+    if attr not in table:
+        return built
+    written = table[attr]
+    return [*built, *written] if built is not None and written is not None else written
+
+
 def _method(classdef: cst.ClassDef, name: str) -> cst.FunctionDef | None:
     """The method `name` the class body defines (the last definition wins)."""
     found = None
@@ -3040,6 +3069,58 @@ class Values:
         bound = self.context.bindings.values(expr)
         found = {number_value(v) for v in bound or ()}
         return found.pop() if bound and len(found) == 1 and None not in found else None
+
+    def fixed_number(self, expr: cst.BaseExpression | None) -> int | float | None:
+        """The number `expr` certainly holds at the values the code fixes: `number_value` (a
+        literal, a name every binding of which assigns one literal), or an attribute each
+        value of which (`Kinds.attribute_values`) is that number: a field's default on every
+        instance built without it and never written (`args.save_every` of `args =
+        Hyperparameters()`). Not an argparse option's default: a run may pass another."""
+        value = self.number_value(expr)
+        if value is not None or not isinstance(expr, cst.Attribute):
+            return value
+        found = self.kinds.attribute_values(expr)
+        numbers = {self.number_value(v) for v in found or ()}
+        return numbers.pop() if found and len(numbers) == 1 and None not in numbers else None
+
+    def truth(self, test: cst.BaseExpression) -> bool | None:
+        """Whether the condition `test` certainly holds (True) or certainly does not (False) at
+        the values the code fixes; None when that cannot be told. A comparison of numbers
+        `fixed_number` knows (`args.save_every > 0` with the field's default 0 is False), a
+        fixed number (true unless 0), `True`, `False` or a name every binding of which is
+        one of them, `not x`, and `a and b` (False when either is), `a or b` (True when
+        either is)."""
+        if isinstance(test, cst.Name):
+            bound = [test] if test.value in ("True", "False") else self.context.bindings.values(test)
+            found = {v.value if isinstance(v, cst.Name) and v.value in ("True", "False") else None for v in bound or ()}
+            if bound and len(found) == 1 and None not in found:
+                return found.pop() == "True"
+        if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
+            inner = self.truth(test.expression)
+            return None if inner is None else not inner
+        if isinstance(test, cst.BooleanOperation):
+            sides = (self.truth(test.left), self.truth(test.right))
+            decides = isinstance(test.operator, cst.Or)  # the side's value that decides the whole
+            if decides in sides:
+                return decides
+            return not decides if sides == (not decides, not decides) else None
+        if isinstance(test, cst.Comparison):
+            return self._comparison_truth(test)
+        number = self.fixed_number(test)
+        return None if number is None else number != 0
+
+    def _comparison_truth(self, test: cst.Comparison) -> bool | None:
+        """`truth` of `a < b`, `a == b`, ... and of a chain of them (`0 < a <= b`)."""
+        found = []
+        left = self.fixed_number(test.left)
+        for target in test.comparisons:
+            compare = NUMBER_COMPARISONS.get(type(target.operator))
+            right = self.fixed_number(target.comparator)
+            found.append(None if compare is None or left is None or right is None else compare(left, right))
+            left = right
+        if False in found:
+            return False
+        return True if all(found) else None
 
     def _compute_number(self, expr: cst.BaseExpression) -> str | None:
         if isinstance(expr, cst.Integer):

@@ -138,8 +138,11 @@ class SynchronousCheckpointInLoop(Rule):
     saves into an in-memory buffer (`io.BytesIO`), the final save, followed in
     its block or an `if` around it by a `return` or by the `break` that ends
     the training loop, or by a later `if` on the test it ran under whose block
-    breaks (`if last_step: save(...)`, then `if last_step: break`): nothing to
-    overlap with; and saves of whole modules or optimizers
+    breaks (`if last_step: save(...)`, then `if last_step: break`; also when
+    the save's test holds only with that one, its other parts false at the
+    values the script fixes: `if master and (last_step or (args.save_every > 0
+    and ...))` with a dataclass field `save_every` left at its default 0):
+    nothing to overlap with; and saves of whole modules or optimizers
     (the checkpointer would deep-copy them on their device; save `state_dict()`),
     which are reported without a fix.
 

@@ -200,6 +200,26 @@ def test_a_dataclass_field_holds_what_constructions_pass_or_its_default():
     assert held(ctx, "second.steps") == ["10"]  # the default, not the `field(...)` call
 
 
+def test_a_dataclass_field_written_after_construction_holds_its_default_too():
+    ctx = context(
+        """\
+        from dataclasses import dataclass
+
+        @dataclass
+        class Config:
+            save_every: int = 100
+            lr: float = 1e-3
+
+        cfg = Config(lr=0.5)
+        cfg.save_every = 0
+        cfg.lr = 0.1
+        print(cfg.save_every, cfg.lr)
+        """
+    )
+    assert held(ctx, "cfg.save_every") == ["100", "0"]  # the default until it is written
+    assert held(ctx, "cfg.lr") == ["0.5", "0.1"]  # what the construction passes, until then
+
+
 def test_an_option_holds_its_choices_or_as_written_its_default():
     ctx = context(
         """\

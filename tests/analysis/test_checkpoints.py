@@ -401,6 +401,104 @@ def test_a_later_break_that_may_not_follow_the_save_leaves_it_a_checkpoint(betwe
     assert isinstance(_plan(context, save), Save)
 
 
+MODDED_NANOGPT = """
+import argparse
+from dataclasses import dataclass
+
+@dataclass
+class Hyperparameters:
+    num_iterations: int = 100
+    save_every: int = {default}  # every how many steps to save? 0 for only at the end
+
+{built}
+{written}
+for step in range(args.num_iterations + 1):
+    last_step = (step == args.num_iterations)
+    if master_process and (last_step or (args.save_every > 0 and step % args.save_every == 0)):
+        log = dict(step=step, model=net.state_dict())
+        torch.save(log, "logs/%s/state_step%06d.pt" % (run_id, step))
+    if last_step:
+        break
+    net(torch.randn(2, 3)).sum().backward()
+    opt.step()
+"""
+ARGPARSE = """\
+parser = argparse.ArgumentParser()
+parser.add_argument("--save_every", type=int, default={default})
+parser.add_argument("--num_iterations", type=int, default=100)
+args = parser.parse_args()"""
+
+
+def test_a_save_whose_periodic_part_a_field_default_of_0_turns_off_is_the_final_save():
+    """modded-nanogpt's records: `save_every` defaults to 0 on `args = Hyperparameters()`,
+    never written, so `args.save_every > 0` is false and the save runs only on the last
+    step, right before `if last_step: break`."""
+    context = _context(MODDED_NANOGPT.format(default=0, built="args = Hyperparameters()", written=""))
+    (save,) = _saves(context)
+    with pytest.raises(NotACheckpoint):
+        _plan(context, save)
+
+
+@pytest.mark.parametrize(
+    ("default", "built", "written"),
+    [
+        (100, "args = Hyperparameters()", ""),  # the periodic save runs every 100 steps
+        (0, "args = Hyperparameters(save_every=5)", ""),  # the construction turns it on
+        (0, "args = Hyperparameters()", "args.save_every = 5"),  # written after construction
+        (0, ARGPARSE.format(default=0), ""),  # a run may pass `--save_every 5`
+    ],
+)
+def test_a_save_whose_periodic_part_may_run_stays_a_checkpoint(default, built, written):
+    context = _context(MODDED_NANOGPT.format(default=default, built=built, written=written))
+    (save,) = _saves(context)
+    assert isinstance(_plan(context, save), Save)
+
+
+@pytest.mark.parametrize(
+    "test",
+    [
+        "master_process and last_step",  # a conjunct is the break's test
+        "(last_step)",
+        "last_step or False",
+        "last_step or (step > 5 and args.save_every < 0)",
+    ],
+)
+def test_a_save_whose_test_holds_only_when_the_break_s_does_is_the_final_save(test):
+    source = MODDED_NANOGPT.format(default=0, built="args = Hyperparameters()", written="")
+    context = _context(
+        source.replace("master_process and (last_step or (args.save_every > 0 and step % args.save_every == 0))", test)
+    )
+    (save,) = _saves(context)
+    with pytest.raises(NotACheckpoint):
+        _plan(context, save)
+
+
+@pytest.mark.parametrize(
+    "test",
+    [
+        "master_process or last_step",  # saves on every step of the master process
+        "last_step or step % 10 == 0",
+        "not last_step",
+    ],
+)
+def test_a_save_whose_test_may_hold_without_the_break_s_stays_a_checkpoint(test):
+    source = MODDED_NANOGPT.format(default=0, built="args = Hyperparameters()", written="")
+    context = _context(
+        source.replace("master_process and (last_step or (args.save_every > 0 and step % args.save_every == 0))", test)
+    )
+    (save,) = _saves(context)
+    assert isinstance(_plan(context, save), Save)
+
+
+def test_a_compound_test_s_later_break_that_may_not_follow_the_save_leaves_it_a_checkpoint():
+    source = MODDED_NANOGPT.format(default=0, built="args = Hyperparameters()", written="")
+    context = _context(
+        source.replace("    if last_step:\n        break", "    last_step = False\n    if last_step:\n        break")
+    )
+    (save,) = _saves(context)
+    assert isinstance(_plan(context, save), Save)
+
+
 def test_a_project_function_called_on_the_last_step_before_a_later_break_is_the_final_save(tmp_path):
     saved = 'if step == 9:\n        save_latest(out_dir, {"net": net.state_dict()})'
     context = _project_context(tmp_path, saved, after="    if step == 9:\n        break\n")

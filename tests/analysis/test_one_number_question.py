@@ -103,6 +103,50 @@ def test_the_value_of_a_number_in_any_spelling(code, number):
     assert values(ctx).number_value(printed(ctx)) == number
 
 
+HYPERPARAMETERS = """\
+import argparse
+from dataclasses import dataclass
+
+@dataclass
+class Hyperparameters:
+    num_iterations: int = 100
+    save_every: int = {default}
+
+args = Hyperparameters({passed})
+{written}
+parser = argparse.ArgumentParser()
+parser.add_argument("--save_every", type=int, default=0)
+options = parser.parse_args()
+DEBUG = False
+print({test})
+"""
+
+
+@pytest.mark.parametrize(
+    ("default", "passed", "written", "test", "truth"),
+    [
+        # modded-nanogpt's `save_every : int = 0`: built without it, never written
+        (0, "", "", "args.save_every > 0", False),
+        (0, "", "", "args.save_every > 0 and step % args.save_every == 0", False),
+        (0, "", "", "step > 5 and args.save_every", False),
+        (0, "", "", "not args.save_every", True),
+        (0, "", "", "args.save_every == 0 or step > 5", True),
+        (0, "", "", "0 <= args.save_every < args.num_iterations", True),
+        (0, "", "", "DEBUG or args.save_every != 0", False),
+        (100, "", "", "args.save_every > 0", True),
+        (0, "save_every=5", "", "args.save_every > 0", True),  # the construction passes 5
+        (0, "", "args.save_every = 5", "args.save_every > 0", None),  # 0 until written, then 5
+        (100, "", "args.save_every = 0", "args.save_every > 0", None),  # 100 until written, then 0
+        (0, "", "", "options.save_every > 0", None),  # a run may pass any number
+        (0, "", "", "step > 0", None),
+        (0, "", "", "args.save_every > 0 or step > 5", None),
+    ],
+)
+def test_a_condition_is_certainly_true_or_false_only_at_numbers_the_code_fixes(default, passed, written, test, truth):
+    ctx = context(HYPERPARAMETERS.format(default=default, passed=passed, written=written, test=test))
+    assert values(ctx).truth(printed(ctx)) is truth
+
+
 def chains(ctx: FileContext) -> list:
     analysis = attentions(ctx)
     return [found for block in ctx.index.find(cst.IndentedBlock) for found in analysis.in_block(block)]

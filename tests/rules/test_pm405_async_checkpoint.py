@@ -212,3 +212,42 @@ def test_a_project_save_on_the_step_that_then_breaks_gets_no_finding(tmp_path):
         assert result.error is None, result.error
         findings[ends] = [f.code for f in result.findings]
     assert findings == {"last_step": [], "step == 5": ["PM405"]}
+
+
+MODDED_NANOGPT = """\
+import os
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass
+class Hyperparameters:
+    num_iterations: int = 100
+    save_every: int = {default}  # every how many steps to save? 0 for only at the end
+
+
+args = Hyperparameters()
+master_process = int(os.environ.get("RANK", 0)) == 0
+net = torch.nn.Linear(8, 1)
+opt = torch.optim.SGD(net.parameters(), lr=0.1)
+for step in range(args.num_iterations + 1):
+    last_step = step == args.num_iterations
+    if master_process and (last_step or (args.save_every > 0 and step % args.save_every == 0)):
+        log = dict(step=step, model=net.state_dict(), optimizer=opt.state_dict())
+        torch.save(log, "state_step%06d.pt" % step)
+    if last_step:
+        break
+    net(torch.randn(2, 8)).sum().backward()
+    opt.step()
+"""
+
+
+def test_the_save_a_save_every_default_of_0_leaves_to_the_last_step_is_left_alone():
+    """modded-nanogpt's records: `args.save_every > 0` is false at the field's default, so
+    the save runs only right before `if last_step: break`; with 100 it is periodic."""
+    source = MODDED_NANOGPT.format(default=0)
+    new_source, findings = rewrite(source)
+    assert (new_source, findings) == (source, [])
+    new_source, findings = rewrite(MODDED_NANOGPT.format(default=100))
+    assert [f.code for f in findings] == ["PM405"] and "checkpointer" in new_source
