@@ -328,7 +328,7 @@ class Sizes:
                 return self._joined(found, path, depth) if found else None
             return [expr] if not path else None
         if isinstance(expr, cst.Call):
-            wrapped = self._wrapped(expr)
+            wrapped = self._wrapped(expr, depth)
             if wrapped is not None:
                 return self._values(wrapped, path, depth + 1)
             function = self.context.bindings.local_function(expr.func)
@@ -338,16 +338,23 @@ class Sizes:
             return [expr] if not path else None
         return [expr] if not path else None
 
-    def _wrapped(self, expr: cst.BaseExpression) -> cst.BaseExpression | None:
-        """The module `model.to(device)`, `DDP(model, ...)` hold: `model`."""
+    def _wrapped(self, expr: cst.BaseExpression, depth: int = 0) -> cst.BaseExpression | None:
+        """The module `model.to(device)`, `DDP(model, ...)` hold: `model` (a module by its
+        kind, or a name every value of which builds one: a parameter given a model)."""
         if not isinstance(expr, cst.Call):
             return None
-        if method_name(expr) in MODULE_METHODS_RETURNING_SELF and self._is_module_value(expr.func.value):
+        if method_name(expr) in MODULE_METHODS_RETURNING_SELF and (
+            self._is_module_value(expr.func.value) or self._builds_modules(expr.func.value, depth)
+        ):
             return expr.func.value
         if self.names.of(expr.func) & (MODEL_WRAPPERS | {RUNTIME_UNWRAP}):
             first = kwarg(expr, "module") or kwarg(expr, "model") or positional(expr, 0)
             return first.value if first is not None else None
         return None
+
+    def _builds_modules(self, expr: cst.BaseExpression, depth: int) -> bool:
+        found = self._values(expr, (), depth + 1)
+        return bool(found) and all(isinstance(v, cst.Call) and self._is_module_build(v) for v in found)
 
     def _is_module_build(self, call: cst.Call) -> bool:
         return self._might_be_module(call)
@@ -856,8 +863,9 @@ class Sizes:
                 self._is_item_index(part.value)
                 or self.integer(part.value, depth + 1) is not None
                 or self._scalar(part.value, depth + 1)
+                or self._tensor(part.value, depth + 1) == ((), INDEX_BYTES)
             ):
-                dim += 1  # a Python integer picks one entry: the dim goes
+                dim += 1  # a Python integer (or a 0-d int64 tensor: `labels[i]`) picks one entry: the dim goes
             else:
                 return None
         return (*out, *shape[dim:]), element

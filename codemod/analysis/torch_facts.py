@@ -657,6 +657,9 @@ HOST_ONLY_MODULES = (
     "json",
     "datetime",
     "random",
+    "io",  # `BytesIO()`: a buffer in host memory
+    "gc",  # `gc.collect()` frees host objects (and so cached device blocks); it queues no kernel
+    "pickle",
     "contextlib",  # `nullcontext()`, `ExitStack()`: what they enter may queue work, not they
 )
 # Python's functions of numbers to numbers: on Python numbers they run on the host and queue nothing.

@@ -274,3 +274,68 @@ def test_a_launch_bound_step_stays_reported_after_the_torchrun_rewrite_changes_i
     held = [f for f in result.findings if f.code in ("PM301", "PM302")]
     assert {f.code for f in held} == {"PM301", "PM302"} and not any(f.applied for f in held)
     assert "autocast" not in new and "set_float32_matmul_precision" not in new
+
+
+# A trainer given its model, whose dataset picks a row of a table by a label it holds, and
+# whose step keeps a copy of the weights in a host buffer.
+TRAINER = """\
+import gc
+import io
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.utils.data import DataLoader, Dataset
+
+
+class Blobs(Dataset):
+    def __init__(self, n):
+        self.centers = torch.randn(5, 20)
+        self.labels = torch.randint(0, 5, (n,))
+        self.noise = torch.randn(n, 20)
+
+    def __len__(self):
+        return len(self.labels)
+
+    def __getitem__(self, i):
+        return self.centers[self.labels[i]] + self.noise[i], self.labels[i]
+
+
+class Trainer:
+    def __init__(self, model):
+        self.model = model.to("cuda")
+        self.opt = torch.optim.Adam(self.model.parameters())
+        self.loader = DataLoader(Blobs(640), batch_size=64, shuffle=True)
+
+    def fit(self):
+        for x, y in self.loader:
+            loss = F.cross_entropy(self.model(x.cuda()), y.cuda())
+            self.opt.zero_grad()
+            loss.backward()
+            self.opt.step()
+            buf = io.BytesIO()
+            torch.save(self.model.state_dict(), buf)
+            gc.collect()
+
+
+Trainer(nn.Sequential(nn.Linear(20, 64), nn.ReLU(), nn.Linear(64, 5))).fit()
+"""
+
+
+def test_a_model_handed_to_a_trainer_and_rows_picked_by_a_tensor_label_are_sized():
+    ctx = FileContext.of_source(TRAINER)
+    (loop,) = ctx.training.loops
+    sizes = sizes_of(ctx)
+    # the parameter `model`, moved with `.to()`, holds the Sequential it is given
+    assert sizes.step_products(loop.loop) == ((20, 64), (64, 5))
+    # `self.centers[self.labels[i]]`: a 0-d int64 index picks one row, as an int does
+    assert sizes.step_rows(loop.loop) == 64
+    found = findings(TRAINER)
+    assert {"PM301", "PM302"} <= set(found) and not found["PM302"].applied
+
+
+def test_a_call_of_a_host_module_in_the_step_hides_no_product():
+    # `io.BytesIO()` and `gc.collect()` run on the host; a call of another library still may multiply
+    ctx = FileContext.of_source(TRAINER)
+    assert sizes_of(ctx).step_products(ctx.training.loops[0].loop) is not None
+    other = FileContext.of_source(TRAINER.replace("gc.collect()", "import scipy; scipy.linalg.norm(buf)"))
+    assert sizes_of(other).step_products(other.training.loops[0].loop) is None
