@@ -742,7 +742,9 @@ loader = DataLoader(SpanDataset(seq=SEQ), batch_size=4)
         # the blind corpus's keyword spotter: a gain from `math.cos(i)`, a dict item
         ('{"audio": (0.5 + math.cos(i)) * self.ids[i].float(), "label": self.start[i]}', "16", 4 * (16 * 4 + 8)),
         ("self.ids[i] + noise(i)", "32", None),  # a function of the file perfmod does not shape
-        ("self.ids[self.start[i]]", "32", None),  # an index that is a tensor: a gather
+        # a 0-d int64 tensor picks one row as an int does (a gather, of the same shape)
+        ("self.ids[self.start[i]]", "32", 4 * 32 * 8),
+        ("self.ids[self.start[i : i + 2]]", "32", None),  # an index that is a 1-d tensor: a gather
     ],
 )
 def test_a_dataset_class_of_the_file_is_sized_by_what_its_getitem_returns(item, seq, size):

@@ -78,8 +78,9 @@ class Trainer:
 if __name__ == "__main__":
     torch.manual_seed(0)
     DTYPE = torch.float32
-    net = nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 1)).to(DTYPE)
-    data = [(torch.randn(16, 8).to(DTYPE), torch.randn(16, 1).to(DTYPE)) for _ in range(12)]
+    # wide enough that a float32 step keeps the device busy (512 x 512 over 256 rows: 7 us)
+    net = nn.Sequential(nn.Linear(8, 512), nn.Tanh(), nn.Linear(512, 512), nn.Tanh(), nn.Linear(512, 1)).to(DTYPE)
+    data = [(torch.randn(256, 8).to(DTYPE), torch.randn(256, 1).to(DTYPE)) for _ in range(12)]
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     print("losses", [float(v) for v in Trainer(net, device).fit(data)])
 """
