@@ -153,10 +153,25 @@ class ModuleSize(NamedTuple):
     # unknown width (a `@`, `torch.matmul`, a layer perfmod does not size).
     products: tuple[tuple[int, int], ...] | None
     convolves: bool = False  # it holds convolution layers (whose products `products` leaves out)
+    # those of `products` that cuDNN's recurrent layers make (`nn.LSTM`, `nn.GRU`, `nn.RNN`):
+    # cuDNN runs them in TF32 by default (`torch.backends.cudnn.rnn.fp32_precision`), whatever
+    # the float32 matmul precision says
+    recurrent: tuple[tuple[int, int], ...] = ()
 
     @property
     def state_bytes(self) -> int:
         return self.state * FLOAT32_BYTES
+
+    @property
+    def matmul_products(self) -> tuple[tuple[int, int], ...] | None:
+        """The products the float32 matmul precision governs: `products` but the recurrent
+        layers' (each taken out once, as many times as they are listed)."""
+        if self.products is None:
+            return None
+        left = list(self.products)
+        for product in self.recurrent:
+            left.remove(product)
+        return tuple(left)
 
     def plus(self, other: ModuleSize, times: int = 1) -> ModuleSize:
         products = None if self.products is None or other.products is None else self.products + other.products
@@ -165,6 +180,7 @@ class ModuleSize(NamedTuple):
             self.state + times * other.state,
             products,
             self.convolves or other.convolves,
+            self.recurrent + other.recurrent if products is not None else (),
         )
 
 
@@ -1870,6 +1886,12 @@ class Sizes:
         work = self.step_work(loop)
         return work.products if work is not None else None
 
+    def step_matmul_products(self, loop: cst.CSTNode) -> tuple[tuple[int, int], ...] | None:
+        """`step_products` but those of cuDNN's recurrent layers, which run in TF32 already:
+        the products the float32 matmul precision (TF32) governs."""
+        work = self.step_work(loop)
+        return work.matmul_products if work is not None else None
+
     def step_work(self, loop: cst.CSTNode) -> ModuleSize | None:
         """What the models a pass of `loop` runs hold, summed: their parameters, the (k, n) of
         every float32 matrix product they make and whether they convolve; None where
@@ -2262,7 +2284,7 @@ def _recurrent_size(args: _LayerArguments) -> ModuleSize | None:
         width = size if index == 0 else hidden * directions
         count += directions * (gates * width + gates * hidden + 2 * gates * bias)
         products += [(width, gates), (hidden, gates)]
-    return ModuleSize(count, count, tuple(products))
+    return ModuleSize(count, count, tuple(products), recurrent=tuple(products))
 
 
 _MISSING = _Missing()

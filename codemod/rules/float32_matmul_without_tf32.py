@@ -116,8 +116,11 @@ class Float32MatmulWithoutTf32(Rule):
     - `torch.backends.cuda.matmul.allow_tf32 = True` still works without a
       warning, but torch's CUDA notes say the `allow_tf32` flags will be
       deprecated in favour of the `fp32_precision` ones.
-    - cuDNN convolutions already use TF32 by default
-      (`torch.backends.cudnn.allow_tf32` is True), so nothing is needed there.
+    - cuDNN convolutions and recurrent layers (`nn.LSTM`, `nn.GRU`,
+      `nn.RNN`) already use TF32 by default (`torch.backends.cudnn.allow_tf32`
+      is True; `torch.backends.cudnn.rnn.fp32_precision` is `"tf32"`), and the
+      float32 matmul precision does not change them, so nothing is needed
+      there.
 
     ## Example
     ```python
@@ -146,7 +149,9 @@ class Float32MatmulWithoutTf32(Rule):
     faster arithmetic of TF32 buys nothing. A step whose models are all
     `torch.nn` layers with known widths (`nn.Linear(20, 1)`, 10 classes on
     a 24-wide layer) is such a step; so is one whose models make no matrix
-    product but convolutions (cuDNN already runs those in TF32). So is a
+    product but those of convolutions and recurrent layers (cuDNN already
+    runs those in TF32), and the recurrent layers' products are left out of
+    the widths weighed below. So is a
     step whose products are all too short to keep the GPU busy: where the
     batch the models are called on is known (a DataLoader's `batch_size`
     and its dataset's items, a tensor made in the step), each product runs
@@ -469,12 +474,15 @@ class Float32MatmulWithoutTf32(Rule):
         known and all bound by memory, or each takes less device time over its loop's batch
         than its launch; None when some may gain."""
         sizes = sizes_of(self.context)
-        found = [sizes.step_products(loop.loop) for loop in training.loops]
+        found = [sizes.step_matmul_products(loop.loop) for loop in training.loops]
         if any(products is None for products in found):
             return None
         products = [product for products in found for product in products]
         if not products:
-            return "the models the training step runs make no float32 matrix product (convolutions use TF32 already)"
+            return (
+                "the models the training step runs make no float32 matrix product that TF32 is off for "
+                "(cuDNN's convolutions and recurrent layers use TF32 already)"
+            )
         why = widest_memory_bound(tuple(products))
         if why:
             return f"every float32 matrix product of the step is too narrow for TF32 to speed up: {why}"

@@ -123,3 +123,57 @@ def test_a_model_whose_parts_a_loop_casts_to_bfloat16_gets_no_finding():
     as_float32 = source.replace("    layer.bfloat16()\n", "    layer.float()\n")
     found = process_source(as_float32.encode(), "train.py", settings, [Float32MatmulWithoutTf32]).findings
     assert [f.code for f in found] == ["PM302"]
+
+
+# An LSTM over the 28 rows of MNIST images, as tutorials write it: cuDNN runs the recurrent
+# layers' products in TF32 already, and the float32 matmul precision does not change them.
+RECURRENT = """\
+import torch
+import torch.nn as nn
+import torchvision
+import torchvision.transforms as transforms
+
+train = torchvision.datasets.MNIST(root="data", train=True, transform=transforms.ToTensor(), download=True)
+loader = torch.utils.data.DataLoader(dataset=train, batch_size=100, shuffle=True)
+
+
+class RNN(nn.Module):
+    def __init__(self, input_size, hidden_size, num_layers, num_classes):
+        super().__init__()
+        self.lstm = nn.LSTM(input_size, hidden_size, num_layers, batch_first=True)
+        self.fc = nn.Linear(hidden_size, num_classes)
+
+    def forward(self, x):
+        out, _ = self.lstm(x)
+        return self.fc(out[:, -1, :])
+
+
+model = RNN(28, 128, 2, HEAD).to("cuda")
+criterion = nn.CrossEntropyLoss()
+optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+for epoch in range(2):
+    for images, labels in loader:
+        images = images.reshape(-1, 28, 28).to("cuda")
+        loss = criterion(model(images), labels.to("cuda"))
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+"""
+
+
+def _pm302(source: str):
+    result = process_source(source.encode(), "<lstm>", Settings(select=("PM302",), level=Level.UNSAFE))
+    assert result.error is None, result.error
+    (finding,) = [f for f in result.findings if f.code == "PM302"]
+    return finding
+
+
+def test_the_recurrent_layers_products_are_not_weighed_for_tf32():
+    # what is left is the 128-to-10 head, too narrow for TF32 to speed up
+    finding = _pm302(RECURRENT.replace("HEAD", "10"))
+    assert not finding.applied and "the widest, 128 by 10" in finding.message
+
+
+def test_a_wide_product_beside_the_recurrent_layers_keeps_the_fix():
+    # the same model with a 128-to-8192 head over the 100 rows: 2 x 100 x 128 x 8192 flops, 11 us
+    assert _pm302(RECURRENT.replace("HEAD", "8192")).applied
