@@ -483,13 +483,19 @@ class Float32MatmulWithoutTf32(Rule):
                 "the models the training step runs make no float32 matrix product that TF32 is off for "
                 "(cuDNN's convolutions and recurrent layers use TF32 already)"
             )
+        recurrent = any(sizes.step_work(loop.loop).recurrent for loop in training.loops)
+        every = (
+            "cuDNN runs the recurrent layers' products in TF32 already, and every other float32 matrix product"
+            if recurrent
+            else "every float32 matrix product"
+        )
         why = widest_memory_bound(tuple(products))
         if why:
-            return f"every float32 matrix product of the step is too narrow for TF32 to speed up: {why}"
+            return f"{every} of the step is too narrow for TF32 to speed up: {why}"
         launched = [launch_bound(each, sizes.step_rows(loop.loop)) for each, loop in zip(found, training.loops)]
         if not all(launched):
             return None
-        return f"every float32 matrix product of the step is too short for TF32 to save time: {launched[0]}"
+        return f"{every} of the step is too short for TF32 to save time: {launched[0]}"
 
     # -- where start-up is -------------------------------------------------------------
 

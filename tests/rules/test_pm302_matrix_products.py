@@ -172,6 +172,7 @@ def test_the_recurrent_layers_products_are_not_weighed_for_tf32():
     # what is left is the 128-to-10 head, too narrow for TF32 to speed up
     finding = _pm302(RECURRENT.replace("HEAD", "10"))
     assert not finding.applied and "the widest, 128 by 10" in finding.message
+    assert "cuDNN runs the recurrent layers' products in TF32 already" in finding.message
 
 
 def test_a_wide_product_beside_the_recurrent_layers_keeps_the_fix():
