@@ -30,6 +30,7 @@ import libcst as cst
 from codemod.analysis.hook_sites import hook_sites
 from codemod.analysis.loops import own_nodes
 from codemod.analysis.names import kwarg, method_name, positional, sole_definition
+from codemod.analysis.sizes import sizes_of
 from codemod.analysis.step_models import calls_model, own_calls
 from codemod.analysis.tensor_layout import layouts
 from codemod.analysis.torch_facts import (
@@ -45,6 +46,7 @@ from codemod.analysis.torch_facts import (
     METADATA_METHODS,
     MODULE_CONTAINERS,
     MODULE_SET_UP_METHODS,
+    ONE_OPERATOR_LAYERS,
     RANDOM_FUNCTIONS,
     RANDOM_METHODS,
     RANDOM_MODULES,
@@ -265,6 +267,24 @@ def model_break(context: FileContext, loop, name: str) -> tuple[cst.Call, str] |
     torch.compile's graph (`compile_break`)."""
     calls = own_calls(context, loop.loop)
     return compile_break(context, [c for c in calls if calls_model(context, c, name)])
+
+
+def lone_layer(context: FileContext, anchor: cst.CSTNode, name: str) -> str | None:
+    """The `torch.nn` layer the model `name` holds at the statement `anchor` (where it is
+    built or moved), when it is one whose forward is a single operator of torch
+    (`nn.Linear`, a convolution, `nn.EmbeddingBag`), through `.to(device)` and DDP wrappers:
+    compiled alone, it has nothing to fuse; None when it may hold anything else."""
+    named = [n for n in context.index.find(cst.Name, within=anchor) if n.value == name]
+    built = sizes_of(context).values(named[0]) if named else None
+    if not built or not all(isinstance(value, cst.Call) for value in built):
+        return None
+    layers = set()
+    for value in built:
+        found = context.names.of(value.func) & ONE_OPERATOR_LAYERS
+        if not found:
+            return None
+        layers |= found
+    return min(layers).removeprefix("torch.nn.")
 
 
 class Draw(NamedTuple):

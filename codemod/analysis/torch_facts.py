@@ -450,6 +450,7 @@ RECURRENCE_METHODS = methods(recurrence=True) | attributes(recurrence=True)
 # arguments in order, with their defaults. `Layer.parameters` and `Layer.matmul` read them.
 NN_LAYER_ARGUMENTS = {name: layer.arguments for name, layer in SIZED_LAYERS.items()}
 RNN_GATES = {name: layer.gates for name, layer in SIZED_LAYERS.items() if layer.gates}  # per layer and direction
+ONE_OPERATOR_LAYERS = frozenset(f"torch.nn.{name}" for name, layer in SIZED_LAYERS.items() if layer.one_operator)
 SOFTMAX_MODULES = functions(Category.NORM_LAYER, short="Softmax")  # `nn.Softmax` under both its names
 # Layers that act on the last dimensions of their input and take any number of leading ones
 # (`(*, H)` in torch's docs), and the containers that only call their children: a sample

@@ -848,12 +848,15 @@ class SizedLayer(NamedTuple):
     # the sizes its parameters follow from, and those before them.
     arguments: tuple[tuple[str, object], ...]
     gates: int | None = None  # a recurrent layer's weight matrices per layer and direction
+    # its forward is one operator of torch (`F.linear`, `F.conv2d`, `F.layer_norm`): compiled
+    # alone, there is nothing for the compiler to fuse
+    one_operator: bool = False
 
 
 _CONVOLUTION_ARGUMENTS = (
     ("in_channels", None), ("out_channels", None), ("kernel_size", None), ("stride", 1), ("padding", 0),
 )  # fmt: skip
-_CONVOLUTION = SizedLayer((*_CONVOLUTION_ARGUMENTS, ("dilation", 1), ("groups", 1), ("bias", True)))
+_CONVOLUTION = SizedLayer((*_CONVOLUTION_ARGUMENTS, ("dilation", 1), ("groups", 1), ("bias", True)), one_operator=True)
 _TRANSPOSED_CONVOLUTION = SizedLayer(
     (*_CONVOLUTION_ARGUMENTS, ("output_padding", 0), ("groups", 1), ("bias", True), ("dilation", 1))
 )
@@ -868,13 +871,20 @@ _RECURRENT_ARGUMENTS = (
     ("dropout", 0.0), ("bidirectional", False),
 )  # fmt: skip
 SIZED_LAYERS: dict[str, SizedLayer] = {
-    "Linear": SizedLayer((("in_features", None), ("out_features", None), ("bias", True))),
+    "Linear": SizedLayer((("in_features", None), ("out_features", None), ("bias", True)), one_operator=True),
     **dict.fromkeys(("Conv1d", "Conv2d", "Conv3d"), _CONVOLUTION),
     **dict.fromkeys(("ConvTranspose1d", "ConvTranspose2d", "ConvTranspose3d"), _TRANSPOSED_CONVOLUTION),
-    **dict.fromkeys(("Embedding", "EmbeddingBag"), SizedLayer((("num_embeddings", None), ("embedding_dim", None)))),
-    "LayerNorm": SizedLayer((("normalized_shape", None), ("eps", 1e-5), ("elementwise_affine", True), ("bias", True))),
+    **dict.fromkeys(
+        ("Embedding", "EmbeddingBag"),
+        SizedLayer((("num_embeddings", None), ("embedding_dim", None)), one_operator=True),
+    ),
+    "LayerNorm": SizedLayer(
+        (("normalized_shape", None), ("eps", 1e-5), ("elementwise_affine", True), ("bias", True)), one_operator=True
+    ),
     **dict.fromkeys(("BatchNorm1d", "BatchNorm2d", "BatchNorm3d"), _BATCH_NORM),
-    "GroupNorm": SizedLayer((("num_groups", None), ("num_channels", None), ("eps", 1e-5), ("affine", True))),
+    "GroupNorm": SizedLayer(
+        (("num_groups", None), ("num_channels", None), ("eps", 1e-5), ("affine", True)), one_operator=True
+    ),
     **dict.fromkeys(("InstanceNorm1d", "InstanceNorm2d", "InstanceNorm3d"), _INSTANCE_NORM),
     "LSTM": SizedLayer(_RECURRENT_ARGUMENTS, gates=4),
     "GRU": SizedLayer(_RECURRENT_ARGUMENTS, gates=3),

@@ -6,6 +6,7 @@ from codemod.analysis import step_models as sites
 from codemod.analysis.compilability import (
     compile_break,
     file_obstacles,
+    lone_layer,
     loss_functions,
     model_break,
     model_draw,
@@ -93,6 +94,10 @@ class UncompiledModel(Rule):
     evaluation, a temperature changed per step), falling back to eager mode
     after eight; whether it pays is for `perfmod verify` to measure.
 
+    A model that is a single `torch.nn` layer whose forward is one operator
+    (`nn.Linear`, `nn.Conv1d`/`2d`/`3d`, `nn.Embedding`, `nn.EmbeddingBag`,
+    `nn.LayerNorm`, `nn.GroupNorm`) is reported, not compiled: its forward
+    and backward are that operator's kernels, and there is nothing to fuse.
     A model whose step runs a recurrent layer (`nn.LSTM`, `nn.GRU`, `nn.RNN`)
     or sparse tensors (`torch.spmm`, `.to_sparse()`) is reported, not
     compiled: dynamo (torch 2.13) breaks the graph at an RNN module unless
@@ -205,10 +210,12 @@ class UncompiledModel(Rule):
     INVALID = [
         Invalid(SETUP + LOOP, SETUP + "model.compile()\n" + LOOP),
         Invalid(
-            "import torch\n\ndef main():\n    net = torch.nn.Linear(8, 1)\n    net.cuda()\n"
+            "import torch\n\ndef main():\n    net = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.GELU())\n"
+            "    net.cuda()\n"
             "    opt = torch.optim.SGD(net.parameters(), lr=0.1)\n    for epoch in range(2):\n"
             "        for x in [torch.randn(4, 8).cuda()]:\n            net(x).sum().backward()\n            opt.step()\n",
-            "import torch\n\ndef main():\n    net = torch.nn.Linear(8, 1)\n    net.cuda()\n    net.compile()\n"
+            "import torch\n\ndef main():\n    net = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.GELU())\n"
+            "    net.cuda()\n    net.compile()\n"
             "    opt = torch.optim.SGD(net.parameters(), lr=0.1)\n    for epoch in range(2):\n"
             "        for x in [torch.randn(4, 8).cuda()]:\n            net(x).sum().backward()\n            opt.step()\n",
             "inside a function, after an in-place move, outside the epoch loop",
@@ -321,6 +328,12 @@ class UncompiledModel(Rule):
                 anchor,
                 f"`{built}` could be compiled, but {assigned}: dynamo guards on the module's attributes "
                 "and would recompile whenever one changes; not fixed",
+            )
+        elif (layer := lone_layer(self.context, anchor, built)) is not None:
+            self.report(
+                anchor,
+                f"`{built}` is trained in eager mode, but it is a single `nn.{layer}`, one operator of torch "
+                "forward and backward: compiling it has nothing to fuse; not fixed",
             )
         elif (broken := model_break(self.context, loop, name)) is not None:
             call, reason = broken

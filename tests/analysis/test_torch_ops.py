@@ -870,6 +870,26 @@ def test_each_recurrent_layers_gates_are_its_weight_matrices(name):
     assert layer.weight_hh_l0.shape == (SIZED_LAYERS[name].gates * 5, 5)
 
 
+_SMALL = {"kernel_size": 3, "num_groups": 2, "num_embeddings": 10}
+
+
+@pytest.mark.parametrize("name", sorted(SIZED_LAYERS))
+def test_a_layer_is_one_operator_exactly_when_its_traced_forward_calls_one(name):
+    """torch.fx traces the layer's forward: one call of a torch function or method, and
+    nothing else, is what PM506 takes as nothing to fuse (a BatchNorm also counts its
+    batches in training; a recurrent layer's forward cannot be traced)."""
+    layer = SIZED_LAYERS[name]
+    required = {arg: _SMALL.get(arg, 4) for arg, default in layer.arguments if default is None}
+    module = getattr(torch.nn, name)(**required)
+    try:
+        graph = torch.fx.symbolic_trace(module).graph
+    except Exception:  # control flow on the input: more than one operator in any case
+        assert not layer.one_operator
+        return
+    calls = [node for node in graph.nodes if node.op in ("call_function", "call_method", "call_module")]
+    assert (len(calls) == 1) == layer.one_operator, [node.target for node in calls]
+
+
 def test_only_the_recurrent_layers_have_gates():
     assert {name for name, layer in SIZED_LAYERS.items() if layer.gates} == {
         name for name in SIZED_LAYERS if issubclass(getattr(torch.nn, name), torch.nn.RNNBase)

@@ -50,7 +50,7 @@ def test_the_model_a_helper_calls_is_compiled_after_it_is_built_and_moved():
         def loss_of(net, x):
             return net(x).pow(2).mean()
 
-        model = torch.nn.Linear(4, 1)
+        model = torch.nn.Sequential(torch.nn.Linear(4, 1), torch.nn.Tanh())
         model.to("cpu")
         opt = torch.optim.SGD(model.parameters(), lr=0.1)
         for epoch in range(2):
@@ -76,7 +76,7 @@ TRAINED_BY_A_HELPER = """\
             opt.step()
 
     def main():
-        net = torch.nn.Linear(4, 1).to("cpu")
+        net = torch.nn.Sequential(torch.nn.Linear(4, 1), torch.nn.Tanh()).to("cpu")
         for epoch in range(2):
             train(net, torch.optim.SGD(net.parameters(), lr=0.1))
     """
@@ -86,7 +86,10 @@ def test_a_model_given_to_the_function_that_trains_it_is_compiled_where_its_one_
     found, new = findings(TRAINED_BY_A_HELPER)
     assert [(line, fixable) for line, fixable, _ in found] == [(11, True)], found
     assert "`train` trains it, given it at line 13" in found[0][2]
-    assert 'net = torch.nn.Linear(4, 1).to("cpu")\n    net.compile()\n    for epoch' in new  # not in the epoch loop
+    assert (
+        'net = torch.nn.Sequential(torch.nn.Linear(4, 1), torch.nn.Tanh()).to("cpu")\n    net.compile()\n    for epoch'
+        in new
+    )  # not in the epoch loop
 
 
 def test_a_model_given_by_two_callers_is_reported_where_the_first_builds_it():
@@ -99,7 +102,7 @@ def test_a_model_given_by_two_callers_is_reported_where_the_first_builds_it():
 def test_a_model_the_caller_may_bind_again_before_the_call_is_not_compiled_there():
     source = TRAINED_BY_A_HELPER.replace(
         "        for epoch in range(2):\n",
-        "        if torch.cuda.is_available():\n            net = torch.nn.Linear(4, 1).cuda()\n"
+        "        if torch.cuda.is_available():\n            net = torch.nn.Sequential(torch.nn.Linear(4, 1), torch.nn.Tanh()).cuda()\n"
         "        for epoch in range(2):\n",
     )
     found, new = findings(source)
@@ -108,7 +111,8 @@ def test_a_model_the_caller_may_bind_again_before_the_call_is_not_compiled_there
 
 def test_a_model_the_caller_binds_again_in_its_epoch_loop_is_not_compiled_where_it_is_first_built():
     source = TRAINED_BY_A_HELPER.replace(
-        "lr=0.1))\n", "lr=0.1))\n            net = torch.nn.Linear(4, 1)  # the next epoch trains another module\n"
+        "lr=0.1))\n",
+        "lr=0.1))\n            net = torch.nn.Sequential(torch.nn.Linear(4, 1), torch.nn.Tanh())  # the next epoch trains another module\n",
     )
     found, new = findings(source)
     assert [(line, fixable) for line, fixable, _ in found] == [(11, False)] and ".compile()" not in new
@@ -118,7 +122,7 @@ def test_a_global_model_trained_in_a_function_is_reported_where_it_is_moved():
     found, _ = findings("""\
         import torch
 
-        model = torch.nn.Linear(4, 1)
+        model = torch.nn.Sequential(torch.nn.Linear(4, 1), torch.nn.Tanh())
         if torch.cuda.is_available():
             model.cuda()
         opt = torch.optim.SGD(model.parameters(), lr=0.1)
@@ -225,7 +229,7 @@ def test_the_draws_of_a_model_class_of_another_module_are_read_where_it_is_defin
     train.write_text(
         textwrap.dedent(TRAINED_BY_A_HELPER)
         .replace("import torch\n", "import torch\n\nfrom nets import Net\n")
-        .replace('torch.nn.Linear(4, 1).to("cpu")', 'Net().to("cpu")')
+        .replace('torch.nn.Sequential(torch.nn.Linear(4, 1), torch.nn.Tanh()).to("cpu")', 'Net().to("cpu")')
     )
     settings = Settings(select=("PM506",), level=Level.UNSAFE)
     result = process_source(train.read_bytes(), str(train), settings, [UncompiledModel])
@@ -236,3 +240,32 @@ def test_the_draws_of_a_model_class_of_another_module_are_read_where_it_is_defin
     result = process_source(train.read_bytes(), str(train), settings, [UncompiledModel])
     (finding,) = result.findings
     assert finding.applied and finding.level is Level.NUMERIC and "random" not in finding.message, finding
+
+
+LONE = """\
+    import torch
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    model = MODEL.to(device)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(2):
+        for x in [torch.randn(8, 16)]:
+            loss = model(x.to(device)).pow(2).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    """
+
+
+def test_a_model_that_is_one_layer_of_one_operator_is_reported_not_compiled():
+    for layer, model in (("Linear", "torch.nn.Linear(16, 4)"), ("Conv1d", "torch.nn.Conv1d(8, 4, 3)")):
+        found, new = findings(LONE.replace("MODEL", model))
+        assert [(line, fixable) for line, fixable, _ in found] == [(4, False)] and ".compile()" not in new
+        assert f"it is a single `nn.{layer}`, one operator of torch" in found[0][2]
+
+
+def test_a_layer_with_more_than_one_operator_or_a_sequential_of_layers_is_compiled():
+    for model in ("torch.nn.Sequential(torch.nn.Linear(16, 4), torch.nn.GELU())", "torch.nn.BatchNorm1d(16)"):
+        found, new = findings(LONE.replace("MODEL", model))
+        assert [(line, fixable) for line, fixable, _ in found] == [(4, True)]
+        assert "model = " + model + ".to(device)\nmodel.compile()\n" in new
