@@ -366,7 +366,7 @@ def test_a_checkpoint_read_back_from_a_shared_path_waits_for_rank_0(setup, path)
 def _model_lines(source: str) -> list[str]:
     """The lines from the model's build to the optimizer, stripped."""
     lines = [line.strip() for line in source.splitlines()]
-    start = next(i for i, line in enumerate(lines) if line.startswith("model = torch.nn.Linear"))
+    start = next(i for i, line in enumerate(lines) if line.startswith("model = torch.nn."))
     end = next(i for i, line in enumerate(lines) if line.startswith("opt = "))
     return lines[start:end]
 
@@ -374,10 +374,12 @@ def _model_lines(source: str) -> list[str]:
 def test_the_model_is_compiled_before_it_is_wrapped_when_pm506_runs_too():
     """PM506 and PM601 in one run: `model.compile()` on the model itself, then the DDP
     wrap (as both pages say), not a compile of the wrapper."""
-    result = process_source(SCRIPT.encode(), "train.py", Settings(select=("PM506", "PM601"), level=Level.UNSAFE))
+    two_layers = "torch.nn.Sequential(torch.nn.Linear(8, 1), torch.nn.Tanh())"  # one Linear has nothing to fuse
+    source = SCRIPT.replace("torch.nn.Linear(8, 1)", two_layers)
+    result = process_source(source.encode(), "train.py", Settings(select=("PM506", "PM601"), level=Level.UNSAFE))
     assert {f.code for f in result.findings if f.applied} == {"PM506", "PM601"}
     assert _model_lines(result.new_source.decode()) == [
-        "model = torch.nn.Linear(8, 1).to(device)",
+        f"model = {two_layers}.to(device)",
         "model.compile()",
         "if world.distributed:",
         "model = DistributedDataParallel(model)",
