@@ -1964,7 +1964,9 @@ class Sizes:
             if self._multiplies_no_matrices(call):
                 continue
             func = call.func
-            model = func.value if isinstance(func, cst.Attribute) and training.is_model(func.value) else func
+            model = func
+            if isinstance(func, cst.Attribute) and training.is_model(func.value) and self.module(func) is None:
+                model = func.value  # a method of the model (`model.no_sync()`), not a submodule (`self.net(x)`)
             if self._loss_module(model):
                 continue  # `criterion(output, target)`: torch's losses multiply no matrices
             size = self.module(model) if isinstance(model, (cst.Name, cst.Attribute)) else None

@@ -339,3 +339,33 @@ def test_a_call_of_a_host_module_in_the_step_hides_no_product():
     assert sizes_of(ctx).step_products(ctx.training.loops[0].loop) is not None
     other = FileContext.of_source(TRAINER.replace("gc.collect()", "import scipy; scipy.linalg.norm(buf)"))
     assert sizes_of(other).step_products(other.training.loops[0].loop) is None
+
+
+def test_a_submodule_the_models_own_step_method_calls_is_sized():
+    # `self.net(x)` in a LightningModule-like class: the submodule runs, not a method of the model
+    code = """\
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Forecaster(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.net = nn.Sequential(nn.Linear(64, 256), nn.GELU(), nn.Linear(256, 64))
+
+    def training_step(self, x, y):
+        return F.mse_loss(self.net(x), y)
+
+
+module = Forecaster().cuda()
+opt = torch.optim.Adam(module.parameters())
+for step in range(10):
+    x, y = torch.randn(32, 64).cuda(), torch.randn(32, 64).cuda()
+    loss = module.training_step(x, y)
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+"""
+    ctx = FileContext.of_source(code)
+    assert sizes_of(ctx).step_products(ctx.training.loops[0].loop) == ((64, 256), (256, 64))
