@@ -574,14 +574,14 @@ class SingleProcessLoaderInTrainingLoop(Rule):
         rebuilt = self.context.loaders.built_each_pass(loader, loop)
         if rebuilt is not None or (returned is not None and returned.dataset_change is not None):
             why = (
-                f"it is built anew on each pass of the loop on line {self.context.line(rebuilt)}, so its workers "
-                "would not outlive the pass"
+                f" (it is built anew on each pass of the loop on line {self.context.line(rebuilt)}, so its workers "
+                "would not outlive the pass)"
                 if rebuilt is not None
                 else ""
             )
             self.report(
                 loader,
-                message + "; give it worker processes, not persistent ones" + (f" ({why})" if why else ""),
+                message + "; give it worker processes, not persistent ones" + why,
                 edits=[Replace(zero, value) if zero is not None else AddKeyword(anchor, "num_workers", value)],
                 imports=[IMPORT],
             )
