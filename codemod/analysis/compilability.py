@@ -55,6 +55,11 @@ from codemod.analysis.torch_facts import (
     SYNC_METHODS,
     TORCH_COMPILERS,
 )
+from codemod.analysis.torch_ops import METHOD, OPS, Category
+
+# Matrix products and convolutions: compiled, each stays one cuBLAS or cuDNN call, and
+# torch.compile fuses nothing into it (recurrent layers are left to eager mode altogether).
+LIBRARY_PRODUCTS = (Category.MATMUL, Category.CONVOLUTION)
 
 if TYPE_CHECKING:
     from codemod.context import FileContext
@@ -285,6 +290,152 @@ def lone_layer(context: FileContext, anchor: cst.CSTNode, name: str) -> str | No
             return None
         layers |= found
     return min(layers).removeprefix("torch.nn.")
+
+
+def layer_chain(context: FileContext, anchor: cst.CSTNode, name: str) -> str | None:
+    """The torch layers of the model `name` (built or moved at the statement `anchor`), as a
+    message names them, when its forward leaves torch.compile nothing to fuse: it runs
+    torch operations one after another (the layers of an `nn.Sequential`, or a class of
+    this file whose `forward` only assigns and returns calls of its layers and of torch
+    functions), and of any two that meet, one is a matrix product or convolution that stays
+    a cuBLAS or cuDNN call when compiled (`LIBRARY_PRODUCTS`; views between them are free).
+    Compiled, such a model runs the same kernels. None when it may run anything else."""
+    named = [n for n in context.index.find(cst.Name, within=anchor) if n.value == name]
+    built = sizes_of(context).values(named[0]) if named else None
+    if not built or not all(isinstance(value, cst.Call) for value in built):
+        return None
+    chain = _Chain(context)
+    if any(chain.network(value, fusible=False) is None for value in built):
+        return None
+    layers = [f"`nn.{layer.removeprefix('torch.nn.')}`" for layer in dict.fromkeys(chain.layers)]
+    if not layers or not chain.products:
+        return None  # no product: a lone norm, or activations only, is another story
+    return layers[0] if len(layers) == 1 else f"{', '.join(layers[:-1])} and {layers[-1]}"
+
+
+class _Chain:
+    """Follows a value through a forward: `True` where the last operation that made it is
+    one torch.compile could fuse with the next (elementwise math, a norm, pooling, a
+    dropout), `False` where it is a library product (or the forward's input), None where
+    the forward does something this reading does not follow."""
+
+    def __init__(self, context: FileContext) -> None:
+        self.context = context
+        self.layers: list[str] = []  # the `torch.nn` layers met, in order
+        self.products = 0  # how many library products it runs
+
+    def network(self, call: cst.Call, fusible: bool) -> bool | None:
+        names = self.context.names.of(call.func)
+        if "torch.nn.Sequential" in names:
+            for arg in call.args:
+                if arg.keyword is not None or arg.star or not isinstance(arg.value, cst.Call):
+                    return None
+                fusible = self.network(arg.value, fusible)
+                if fusible is None:
+                    return None
+            return fusible
+        classdef = self.context.kinds.local_class(call.func)
+        if classdef is not None:
+            return self._forward(classdef, fusible)
+        layer = next((n for n in sorted(names) if n.startswith("torch.nn.") and n in OPS), None)
+        if layer is not None:
+            self.layers.append(layer)
+        return self._operation(layer, fusible)
+
+    def _operation(self, qualified: str | None, fusible: bool) -> bool | None:
+        op = OPS.get(qualified) if qualified is not None else None
+        if op is None or op.category is Category.RECURRENT or op.compile_breaks:
+            return None
+        if op.category in LIBRARY_PRODUCTS:
+            self.products += 1
+            return False
+        if op.category in (Category.VIEW, Category.METADATA):
+            return fusible
+        return None if fusible else True  # two operations compile would fuse into one kernel
+
+    def _forward(self, classdef: cst.ClassDef, fusible: bool) -> bool | None:
+        forward = _methods(classdef).get("forward")
+        if forward is None or not all(self.context.names.is_(b.value, "torch.nn.Module") for b in classdef.bases):
+            return None
+        params = forward.params
+        if params.star_arg is not cst.MaybeSentinel.DEFAULT or params.star_kwarg is not None:
+            return None
+        held = {param.name.value: fusible for param in params.params[1:]}
+        body = forward.body.body
+        for position, statement in enumerate(body):
+            if not isinstance(statement, cst.SimpleStatementLine) or len(statement.body) != 1:
+                return None
+            small = statement.body[0]
+            if position == 0 and isinstance(small, cst.Expr) and isinstance(small.value, cst.SimpleString):
+                continue  # the docstring
+            if isinstance(small, cst.Return) and small.value is not None and position == len(body) - 1:
+                return self._value(small.value, held)
+            if not (
+                isinstance(small, cst.Assign)
+                and len(small.targets) == 1
+                and isinstance(small.targets[0].target, cst.Name)
+            ):
+                return None
+            value = self._value(small.value, held)
+            if value is None:
+                return None
+            held[small.targets[0].target.value] = value
+        return None
+
+    def _value(self, expr: cst.BaseExpression, held: dict[str, bool]) -> bool | None:
+        if isinstance(expr, cst.Name):
+            return held.get(expr.value)
+        if isinstance(expr, (cst.Integer, cst.Float)):
+            return False
+        if isinstance(expr, cst.BinaryOperation) and not isinstance(expr.operator, cst.MatrixMultiply):
+            operands = [self._value(expr.left, held), self._value(expr.right, held)]
+            return None if None in operands or any(operands) else True
+        if not isinstance(expr, cst.Call) or any(arg.star for arg in expr.args):
+            return None
+        func = expr.func
+        if isinstance(func, cst.Attribute) and _is_self(func.value):
+            if len(expr.args) != 1 or expr.args[0].keyword is not None:
+                return None
+            parts = sizes_of(self.context).values(func)
+            given = self._value(expr.args[0].value, held)
+            if given is None or not parts or len(parts) != 1 or not isinstance(parts[0], cst.Call):
+                return None
+            return self.network(parts[0], given)
+        qualified = next((n for n in sorted(self.context.names.of(func)) if n in OPS), None)
+        if qualified is not None:  # a torch function: its tensors are its positional arguments
+            if not all(_literal(arg.value) for arg in expr.args if arg.keyword is not None):
+                return None
+            given = [self._value(arg.value, held) for arg in expr.args if arg.keyword is None]
+            if not given or None in given:
+                return None
+            return self._operation(qualified, any(given))
+        if isinstance(func, cst.Attribute) and METHOD + func.attr.value in OPS:  # a tensor's method
+            given = self._value(func.value, held)
+            op = OPS[METHOD + func.attr.value]
+            if given is None or not all(self._shape_argument(arg.value, held) for arg in expr.args):
+                return None
+            return self._operation(op.name, given) if op.category is not Category.METADATA else None
+        return None
+
+    def _shape_argument(self, expr: cst.BaseExpression, held: dict[str, bool]) -> bool:
+        """A size a view is given: a number, or a size of a tensor of the forward (`x.size(0)`)."""
+        if _literal(expr):
+            return True
+        if isinstance(expr, cst.UnaryOperation):
+            return _literal(expr.expression)
+        return (
+            isinstance(expr, cst.Call)
+            and isinstance(expr.func, cst.Attribute)
+            and OPS.get(METHOD + expr.func.attr.value, None) is not None
+            and OPS[METHOD + expr.func.attr.value].category is Category.METADATA
+            and self._value(expr.func.value, held) is not None
+        )
+
+
+def _literal(expr: cst.BaseExpression) -> bool:
+    return isinstance(expr, (cst.Integer, cst.Float, cst.SimpleString)) or (
+        isinstance(expr, cst.Name) and expr.value in ("True", "False", "None")
+    )
 
 
 class Draw(NamedTuple):

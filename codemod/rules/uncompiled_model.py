@@ -6,6 +6,7 @@ from codemod.analysis import step_models as sites
 from codemod.analysis.compilability import (
     compile_break,
     file_obstacles,
+    layer_chain,
     lone_layer,
     loss_functions,
     model_break,
@@ -23,7 +24,7 @@ from codemod.rule import Invalid, Level, Rule, Valid
 SETUP = """\
 import torch
 device = "cuda" if torch.cuda.is_available() else "cpu"
-model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.ReLU(), torch.nn.Linear(8, 1))
+model = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.LayerNorm(8), torch.nn.ReLU(), torch.nn.Linear(8, 1))
 model = model.to(device)
 """
 LOOP = """\
@@ -98,6 +99,15 @@ class UncompiledModel(Rule):
     (`nn.Linear`, `nn.Conv1d`/`2d`/`3d`, `nn.Embedding`, `nn.EmbeddingBag`,
     `nn.LayerNorm`, `nn.GroupNorm`) is reported, not compiled: its forward
     and backward are that operator's kernels, and there is nothing to fuse.
+    So is a model whose forward runs torch layers one after another (an
+    `nn.Sequential`, or a class whose `forward` only assigns and returns what
+    its layers and torch functions give) with a matrix product or convolution
+    between any two other operations: `Linear, ReLU, Linear, ReLU, Linear`.
+    torch.compile leaves each product a cuBLAS or cuDNN call and fuses nothing
+    into it, so the compiled model runs the same kernels, saving only torch's
+    overhead per operation against a compile of seconds. Two operations side
+    by side (`BatchNorm2d` then `ReLU`, a `Dropout` after an activation, an
+    elementwise reparameterisation) are what it fuses: those models are fixed.
     A model whose step runs a recurrent layer (`nn.LSTM`, `nn.GRU`, `nn.RNN`)
     or sparse tensors (`torch.spmm`, `.to_sparse()`) is reported, not
     compiled: dynamo (torch 2.13) breaks the graph at an RNN module unless
@@ -210,11 +220,11 @@ class UncompiledModel(Rule):
     INVALID = [
         Invalid(SETUP + LOOP, SETUP + "model.compile()\n" + LOOP),
         Invalid(
-            "import torch\n\ndef main():\n    net = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.GELU())\n"
+            "import torch\n\ndef main():\n    net = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.LayerNorm(8), torch.nn.GELU())\n"
             "    net.cuda()\n"
             "    opt = torch.optim.SGD(net.parameters(), lr=0.1)\n    for epoch in range(2):\n"
             "        for x in [torch.randn(4, 8).cuda()]:\n            net(x).sum().backward()\n            opt.step()\n",
-            "import torch\n\ndef main():\n    net = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.GELU())\n"
+            "import torch\n\ndef main():\n    net = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.LayerNorm(8), torch.nn.GELU())\n"
             "    net.cuda()\n    net.compile()\n"
             "    opt = torch.optim.SGD(net.parameters(), lr=0.1)\n    for epoch in range(2):\n"
             "        for x in [torch.randn(4, 8).cuda()]:\n            net(x).sum().backward()\n            opt.step()\n",
@@ -334,6 +344,14 @@ class UncompiledModel(Rule):
                 anchor,
                 f"`{built}` is trained in eager mode, but it is a single `nn.{layer}`, one operator of torch "
                 "forward and backward: compiling it has nothing to fuse; not fixed",
+            )
+        elif (layers := layer_chain(self.context, anchor, built)) is not None:
+            self.report(
+                anchor,
+                f"`{built}` is trained in eager mode, but its forward runs {layers} layers with a matrix "
+                "product or convolution between any two other operations: torch.compile has nothing to fuse "
+                "and would run the same kernels, saving only torch's overhead per operation (microseconds "
+                "a step) for a compile of seconds; not fixed",
             )
         elif (broken := model_break(self.context, loop, name)) is not None:
             call, reason = broken

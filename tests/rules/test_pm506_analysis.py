@@ -26,7 +26,7 @@ def test_compile_goes_after_the_last_build_or_move_before_the_loop():
     """A mode switch (`.train()`) is not set-up: it often sits in the epoch loop, where a
     compile would run every epoch."""
     found, new = rewrite(
-        "import torch\nmodel = torch.nn.Sequential(torch.nn.Linear(2, 1), torch.nn.Tanh())\nmodel.to('cpu')\nmodel.train()\n"
+        "import torch\nmodel = torch.nn.Sequential(torch.nn.Linear(2, 4), torch.nn.LayerNorm(4), torch.nn.Tanh(), torch.nn.Linear(4, 1))\nmodel.to('cpu')\nmodel.train()\n"
         + LOOP.format(indent="", model="model")
     )
     assert found == [(3, True)]
@@ -35,7 +35,7 @@ def test_compile_goes_after_the_last_build_or_move_before_the_loop():
 
 def test_two_loops_over_one_model_compile_it_once():
     source = (
-        "import torch\nnet = torch.nn.Sequential(torch.nn.Linear(2, 1), torch.nn.Tanh())\n"
+        "import torch\nnet = torch.nn.Sequential(torch.nn.Linear(2, 4), torch.nn.LayerNorm(4), torch.nn.Tanh(), torch.nn.Linear(4, 1))\n"
         + LOOP.format(indent="", model="net") * 2
     )
     found, new = rewrite(source)
@@ -46,14 +46,14 @@ def test_a_model_given_to_the_training_function_is_reported_without_a_fix():
     found, new = rewrite(
         "import torch\ndef train(model):\n"
         + LOOP.format(indent="    ", model="model")
-        + "train(torch.nn.Sequential(torch.nn.Linear(2, 1), torch.nn.Tanh()))\n"
+        + "train(torch.nn.Sequential(torch.nn.Linear(2, 4), torch.nn.LayerNorm(4), torch.nn.Tanh(), torch.nn.Linear(4, 1)))\n"
     )
     assert found == [(4, False)] and ".compile()" not in new
 
 
 def test_a_model_in_an_attribute_is_reported_without_a_fix():
     source = (
-        "import torch\nclass Trainer:\n    def __init__(self):\n        self.model = torch.nn.Sequential(torch.nn.Linear(2, 1), torch.nn.Tanh())\n"
+        "import torch\nclass Trainer:\n    def __init__(self):\n        self.model = torch.nn.Sequential(torch.nn.Linear(2, 4), torch.nn.LayerNorm(4), torch.nn.Tanh(), torch.nn.Linear(4, 1))\n"
         "    def fit(self):\n" + LOOP.format(indent="        ", model="self.model")
     )
     found, new = rewrite(source)
@@ -62,7 +62,7 @@ def test_a_model_in_an_attribute_is_reported_without_a_fix():
 
 def test_other_compile_calls_do_not_count_as_compiling_the_model():
     found, _ = rewrite(
-        "import re\nimport torch\npattern = re.compile('x')\nmodel = torch.nn.Sequential(torch.nn.Linear(2, 1), torch.nn.Tanh())\n"
+        "import re\nimport torch\npattern = re.compile('x')\nmodel = torch.nn.Sequential(torch.nn.Linear(2, 4), torch.nn.LayerNorm(4), torch.nn.Tanh(), torch.nn.Linear(4, 1))\n"
         + LOOP.format(indent="", model="model")
     )
     assert found == [(4, True)]

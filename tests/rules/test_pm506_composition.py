@@ -20,7 +20,7 @@ torch.manual_seed(0)
 device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
 data = torch.randn(4, 2048, 256, pin_memory=torch.cuda.is_available())
 targets = torch.randn(4, 2048, 1, pin_memory=torch.cuda.is_available())
-model = torch.nn.Sequential(torch.nn.Linear(256, 256), torch.nn.GELU(), torch.nn.Linear(256, 1)).to(device); opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+model = torch.nn.Sequential(torch.nn.Linear(256, 256), torch.nn.LayerNorm(256), torch.nn.GELU(), torch.nn.Linear(256, 1)).to(device); opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
 for step in range(4):
     x = data[step].to(device)
     loss = (model(x) - targets[step].to(device)).pow(2).mean()

@@ -36,7 +36,7 @@ import torch.nn as nn
 class CiFn(nn.Module):
     def __init__(self, width, hidden):
         super().__init__()
-        self.layers = nn.Sequential(nn.Linear(width, hidden), nn.GELU(), nn.Linear(hidden, 1))
+        self.layers = nn.Sequential(nn.Linear(width, hidden), nn.LayerNorm(hidden), nn.GELU(), nn.Linear(hidden, 1))
 
     def forward(self, x):
         return self.layers(x)
@@ -417,7 +417,7 @@ SUBMODULE_SCHEDULE = """\
 import torch
 import torch.nn as nn
 
-model = nn.Sequential(nn.Linear(4, 4), nn.Dropout(0.3), nn.Linear(4, 1))
+model = nn.Sequential(nn.Linear(4, 4), nn.Dropout(0.3), nn.GELU(), nn.Linear(4, 1))
 probe = nn.Dropout(0.3)
 opt = torch.optim.SGD(model.parameters(), lr=0.1)
 for step in range(30):

@@ -50,7 +50,7 @@ def test_the_model_a_helper_calls_is_compiled_after_it_is_built_and_moved():
         def loss_of(net, x):
             return net(x).pow(2).mean()
 
-        model = torch.nn.Sequential(torch.nn.Linear(4, 1), torch.nn.Tanh())
+        model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.LayerNorm(8), torch.nn.Tanh(), torch.nn.Linear(8, 1))
         model.to("cpu")
         opt = torch.optim.SGD(model.parameters(), lr=0.1)
         for epoch in range(2):
@@ -76,7 +76,7 @@ TRAINED_BY_A_HELPER = """\
             opt.step()
 
     def main():
-        net = torch.nn.Sequential(torch.nn.Linear(4, 1), torch.nn.Tanh()).to("cpu")
+        net = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.LayerNorm(8), torch.nn.Tanh(), torch.nn.Linear(8, 1)).to("cpu")
         for epoch in range(2):
             train(net, torch.optim.SGD(net.parameters(), lr=0.1))
     """
@@ -87,7 +87,7 @@ def test_a_model_given_to_the_function_that_trains_it_is_compiled_where_its_one_
     assert [(line, fixable) for line, fixable, _ in found] == [(11, True)], found
     assert "`train` trains it, given it at line 13" in found[0][2]
     assert (
-        'net = torch.nn.Sequential(torch.nn.Linear(4, 1), torch.nn.Tanh()).to("cpu")\n    net.compile()\n    for epoch'
+        'net = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.LayerNorm(8), torch.nn.Tanh(), torch.nn.Linear(8, 1)).to("cpu")\n    net.compile()\n    for epoch'
         in new
     )  # not in the epoch loop
 
@@ -102,7 +102,7 @@ def test_a_model_given_by_two_callers_is_reported_where_the_first_builds_it():
 def test_a_model_the_caller_may_bind_again_before_the_call_is_not_compiled_there():
     source = TRAINED_BY_A_HELPER.replace(
         "        for epoch in range(2):\n",
-        "        if torch.cuda.is_available():\n            net = torch.nn.Sequential(torch.nn.Linear(4, 1), torch.nn.Tanh()).cuda()\n"
+        "        if torch.cuda.is_available():\n            net = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.LayerNorm(8), torch.nn.Tanh(), torch.nn.Linear(8, 1)).cuda()\n"
         "        for epoch in range(2):\n",
     )
     found, new = findings(source)
@@ -112,7 +112,7 @@ def test_a_model_the_caller_may_bind_again_before_the_call_is_not_compiled_there
 def test_a_model_the_caller_binds_again_in_its_epoch_loop_is_not_compiled_where_it_is_first_built():
     source = TRAINED_BY_A_HELPER.replace(
         "lr=0.1))\n",
-        "lr=0.1))\n            net = torch.nn.Sequential(torch.nn.Linear(4, 1), torch.nn.Tanh())  # the next epoch trains another module\n",
+        "lr=0.1))\n            net = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.LayerNorm(8), torch.nn.Tanh(), torch.nn.Linear(8, 1))  # the next epoch trains another module\n",
     )
     found, new = findings(source)
     assert [(line, fixable) for line, fixable, _ in found] == [(11, False)] and ".compile()" not in new
@@ -122,7 +122,7 @@ def test_a_global_model_trained_in_a_function_is_reported_where_it_is_moved():
     found, _ = findings("""\
         import torch
 
-        model = torch.nn.Sequential(torch.nn.Linear(4, 1), torch.nn.Tanh())
+        model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.LayerNorm(8), torch.nn.Tanh(), torch.nn.Linear(8, 1))
         if torch.cuda.is_available():
             model.cuda()
         opt = torch.optim.SGD(model.parameters(), lr=0.1)
@@ -181,7 +181,7 @@ def train_one_epoch(model, opt, log):
 
 def main(log):
     torch.manual_seed(0)
-    model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 16)).to("cpu")
+    model = nn.Sequential(nn.Linear(16, 32), nn.LayerNorm(32), nn.ReLU(), nn.Linear(32, 16)).to("cpu")
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     for epoch in range(2):
         train_one_epoch(model, opt, log)
@@ -229,7 +229,10 @@ def test_the_draws_of_a_model_class_of_another_module_are_read_where_it_is_defin
     train.write_text(
         textwrap.dedent(TRAINED_BY_A_HELPER)
         .replace("import torch\n", "import torch\n\nfrom nets import Net\n")
-        .replace('torch.nn.Sequential(torch.nn.Linear(4, 1), torch.nn.Tanh()).to("cpu")', 'Net().to("cpu")')
+        .replace(
+            'torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.LayerNorm(8), torch.nn.Tanh(), torch.nn.Linear(8, 1)).to("cpu")',
+            'Net().to("cpu")',
+        )
     )
     settings = Settings(select=("PM506",), level=Level.UNSAFE)
     result = process_source(train.read_bytes(), str(train), settings, [UncompiledModel])
@@ -265,7 +268,91 @@ def test_a_model_that_is_one_layer_of_one_operator_is_reported_not_compiled():
 
 
 def test_a_layer_with_more_than_one_operator_or_a_sequential_of_layers_is_compiled():
-    for model in ("torch.nn.Sequential(torch.nn.Linear(16, 4), torch.nn.GELU())", "torch.nn.BatchNorm1d(16)"):
+    for model in (
+        "torch.nn.Sequential(torch.nn.Linear(16, 4), torch.nn.LayerNorm(4), torch.nn.GELU())",
+        "torch.nn.BatchNorm1d(16)",
+    ):
         found, new = findings(LONE.replace("MODEL", model))
         assert [(line, fixable) for line, fixable, _ in found] == [(4, True)]
         assert "model = " + model + ".to(device)\nmodel.compile()\n" in new
+
+
+CHAIN_CLASS = """\
+    import torch
+    import torch.nn as nn
+    import torch.nn.functional as F
+
+
+    class Net(nn.Module):
+        def __init__(self, d_in, hidden, d_out):
+            super().__init__()
+            self.fc1 = nn.Linear(d_in, hidden)
+            self.relu = nn.ReLU()
+            self.fc2 = nn.Linear(hidden, d_out)
+
+        def forward(self, x):
+            out = self.fc1(x)
+            out = self.relu(out)
+            out = self.fc2(out)
+            return out
+
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    model = Net(16, 32, 4).to(device)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for epoch in range(2):
+        for x in [torch.randn(8, 16)]:
+            loss = model(x.to(device)).pow(2).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+    """
+
+
+def test_a_chain_of_layers_with_a_product_between_any_two_other_operations_is_reported_not_compiled():
+    models = (
+        (
+            "torch.nn.Sequential(torch.nn.Linear(16, 8), torch.nn.LeakyReLU(0.2), torch.nn.Linear(8, 1), torch.nn.Sigmoid())",
+            "`nn.Linear`, `nn.LeakyReLU` and `nn.Sigmoid`",
+        ),
+        (
+            "torch.nn.Sequential(torch.nn.Conv1d(16, 8, 1), torch.nn.ReLU(), torch.nn.Conv1d(8, 1, 1))",
+            "`nn.Conv1d` and `nn.ReLU`",
+        ),
+    )
+    for model, layers in models:
+        found, new = findings(
+            LONE.replace("MODEL", model).replace(
+                "torch.randn(8, 16)", "torch.randn(8, 16, 1)" if "Conv" in model else "torch.randn(8, 16)"
+            )
+        )
+        assert [(line, fixable) for line, fixable, _ in found] == [(4, False)], model
+        assert f"its forward runs {layers} layers with a matrix product or convolution" in found[0][2]
+        assert ".compile()" not in new
+    found, new = findings(CHAIN_CLASS)
+    assert [(line, fixable) for line, fixable, _ in found] == [(21, False)] and ".compile()" not in new
+    assert "`nn.Linear` and `nn.ReLU` layers" in found[0][2]
+    functional = CHAIN_CLASS.replace(
+        "            out = self.relu(out)\n            out = self.fc2(out)\n            return out\n",
+        "            return self.fc2(F.relu(out).view(out.size(0), -1))\n",
+    )
+    found, new = findings(functional)
+    assert [(line, fixable) for line, fixable, _ in found] == [(19, False)] and ".compile()" not in new
+
+
+def test_a_chain_with_two_operations_side_by_side_is_compiled():
+    """What torch.compile fuses: two operations that meet with no product between them."""
+    for forward in (
+        "            out = self.relu(out)\n            out = torch.sigmoid(out)\n",  # two activations
+        "            out = self.relu(out) + x.mean()\n",  # an activation and an add
+        "            out = self.relu(out)[:, :16]\n",  # code this reading does not follow
+    ):
+        source = CHAIN_CLASS.replace("            out = self.relu(out)\n", forward)
+        found, new = findings(source)
+        assert [fixable for _, fixable, _ in found] == [True], forward
+        assert "model.compile()" in new
+    norm = (
+        "torch.nn.Sequential(torch.nn.Linear(16, 8), torch.nn.BatchNorm1d(8), torch.nn.ReLU(), torch.nn.Linear(8, 1))"
+    )
+    found, new = findings(LONE.replace("MODEL", norm))
+    assert [(line, fixable) for line, fixable, _ in found] == [(4, True)] and "model.compile()" in new

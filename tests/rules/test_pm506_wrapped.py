@@ -69,7 +69,7 @@ def test_the_same_calls_on_a_model_whose_class_is_in_the_file_still_compile_its_
         "from lab.nets import Encoder\n",
         "\n\nclass Encoder(torch.nn.Module):\n"
         "    def __init__(self, d):\n        super().__init__()\n        self.lin = torch.nn.Linear(d, d)\n\n"
-        "    def forward(self, x):\n        return self.lin(x)\n\n"
+        "    def forward(self, x):\n        return torch.tanh(self.lin(x)) * 2\n\n"
         "    def sparsity_penalty(self):\n        return self.lin.weight.abs().sum()\n",
     )
     found, new = findings(source)

@@ -374,7 +374,7 @@ def _model_lines(source: str) -> list[str]:
 def test_the_model_is_compiled_before_it_is_wrapped_when_pm506_runs_too():
     """PM506 and PM601 in one run: `model.compile()` on the model itself, then the DDP
     wrap (as both pages say), not a compile of the wrapper."""
-    two_layers = "torch.nn.Sequential(torch.nn.Linear(8, 1), torch.nn.Tanh())"  # one Linear has nothing to fuse
+    two_layers = "torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.LayerNorm(8), torch.nn.Tanh(), torch.nn.Linear(8, 1))"  # one Linear has nothing to fuse
     source = SCRIPT.replace("torch.nn.Linear(8, 1)", two_layers)
     result = process_source(source.encode(), "train.py", Settings(select=("PM506", "PM601"), level=Level.UNSAFE))
     assert {f.code for f in result.findings if f.applied} == {"PM506", "PM601"}
