@@ -1511,11 +1511,14 @@ class Sizes:
         return None
 
     def _every_pass(self, node: cst.CSTNode, owner: cst.CSTNode) -> bool:
-        """Does `node` run whenever `owner` (a loop's pass, a function) runs: under no `if`,
-        nested loop, `try`, conditional expression or comprehension on the way?"""
+        """Does `node` run whenever `owner` (a loop's pass, a function) runs on: under no `if`
+        (but one whose other branch leaves `owner`: `if i < n: ... else: break`), nested loop,
+        `try`, conditional expression or comprehension on the way?"""
         for ancestor in self.index.ancestors(node):
             if ancestor is owner:
                 return True
+            if isinstance(ancestor, cst.If) and self._other_branch_leaves(ancestor, node):
+                continue
             if isinstance(
                 ancestor,
                 (cst.If, cst.For, cst.While, cst.Try, cst.IfExp, cst.BooleanOperation, cst.Lambda, cst.FunctionDef),
@@ -1524,6 +1527,18 @@ class Sizes:
             if isinstance(ancestor, (cst.ListComp, cst.GeneratorExp, cst.SetComp, cst.DictComp)):
                 return False
         return False
+
+    def _other_branch_leaves(self, branch: cst.If, node: cst.CSTNode) -> bool:
+        """Does the branch of `branch` that does not hold `node` end the pass's run for good:
+        its last statement a `break` (of the loop right around the `if`, none between), a
+        `return` or a `raise`? Then every pass that goes on runs the branch that holds it."""
+        if branch.orelse is None or isinstance(branch.orelse, cst.If):
+            return False  # no other branch, or an `elif` chain
+        other = branch.orelse.body if self.index.inside(node, branch.body) else branch.body
+        last = other.body[-1] if other.body else None
+        if not isinstance(last, cst.SimpleStatementLine):
+            return False
+        return isinstance(last.body[-1], (cst.Break, cst.Return, cst.Raise))
 
     def every_step(self, node: cst.CSTNode, loop: cst.CSTNode | None = None) -> bool:
         """Does `node` run on every pass of a step loop (of `loop`, when given), in its body or

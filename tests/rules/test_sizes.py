@@ -885,3 +885,39 @@ def test_a_transposed_convolution_built_with_every_positional_argument_is_sized_
     code = f"import torch.nn as nn\nnet = nn.ConvTranspose2d{arguments}\n"
     built = torch.nn.ConvTranspose2d(*arguments)
     assert module_of_net(code).parameters == sum(parameter.numel() for parameter in built.parameters())
+
+
+def test_a_read_under_an_if_whose_other_branch_breaks_runs_on_every_pass_that_goes_on():
+    source = """\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+device = torch.device("cuda")
+model = torch.nn.Linear(8, 2).to(device)
+loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randint(0, 2, (64,))), batch_size=8, pin_memory=True)
+
+
+def accuracy(loader, num_batches):
+    correct = 0
+    for i, (x, y) in enumerate(loader):
+        if i < num_batches:
+            x, y = x.to(device), y.to(device)
+            correct += (model(x).argmax(-1) == y).sum().item()
+        else:
+            break
+    return correct
+
+
+print(accuracy(loader, 4))
+"""
+    ctx = context(source)
+    sizes = sizes_of(ctx)
+    (feed,) = ctx.loaders.feeds
+    assert ctx.source(sizes.sync_every_step(feed.loop)) == "(model(x).argmax(-1) == y).sum().item()"
+    for other in ("        else:\n            continue\n", "        elif i > 100:\n            break\n"):
+        ctx = context(source.replace("        else:\n            break\n", other))
+        (feed,) = ctx.loaders.feeds
+        assert sizes_of(ctx).sync_every_step(feed.loop) is None, other
+    assert findings(source, "PM101").findings == []  # a small batch, read back on every pass
+    passes = findings(source.replace("            break\n", "            continue\n"), "PM101").findings
+    assert [(f.line, f.applied) for f in passes] == [(13, True), (13, True)]
