@@ -1408,15 +1408,29 @@ class Sizes:
 
     # -- the step loop ---------------------------------------------------------------------
 
-    def feeding_batch_bytes(self, node: cst.CSTNode) -> tuple[int, cst.CSTNode] | None:
-        """(bytes of a batch, the loop) for the innermost loop around `node` that a DataLoader
-        of known batch size feeds; None when no loop around it is fed by loaders all of
-        whose batches are known."""
+    def feeding_batch_bytes(self, node: cst.CSTNode) -> tuple[int, tuple[cst.CSTNode, ...]] | None:
+        """(bytes of the largest batch, the loops) for the innermost loops around `node` that
+        DataLoaders of known batch size feed: in its own function, or, in a function of this
+        file, around each call of it (a helper given the batch to copy, `calc_loss_batch(x, y,
+        model, device)`, called from a training loop and an evaluation loop); None when a way
+        to `node` passes no such loop, or one fed by a loader whose batches are not known."""
+        found = self._feeding(node, 0)
+        if not found:
+            return None
+        return max(size for size, _ in found), tuple(loop for _, loop in found)
+
+    def _feeding(self, node: cst.CSTNode, depth: int) -> list[tuple[int, cst.CSTNode]] | None:
+        if depth > MAX_DEPTH:
+            return None
         feeds = self.loaders.feeds
-        loops = {id(feed.loop): feed.loop for feed in feeds}
+        loops = {id(feed.loop) for feed in feeds}
         for ancestor in self.index.ancestors(node):
-            if isinstance(ancestor, (cst.FunctionDef, cst.Lambda, cst.ClassDef)):
+            if isinstance(ancestor, (cst.Lambda, cst.ClassDef)):
                 return None
+            if isinstance(ancestor, cst.FunctionDef):
+                calls = self.context.loops.call_sites(ancestor)
+                found = [self._feeding(call, depth + 1) for call in calls]
+                return None if not found or None in found else [fed for each in found for fed in each]
             if id(ancestor) not in loops:
                 continue
             sizes = []
@@ -1429,7 +1443,7 @@ class Sizes:
                 sizes.extend(self.loader_batch_bytes(source) for source in sources)
             if not sizes or any(s is None for s in sizes):
                 return None
-            return max(sizes), ancestor
+            return [(max(sizes), ancestor)]
         return None
 
     def sync_every_step(self, loop: cst.CSTNode) -> cst.Call | None:
@@ -1465,7 +1479,7 @@ class Sizes:
         size = self.loader_batch_bytes(loader)
         if size is not None and size < MIN_COPY_BYTES:
             fed = [self.feeding_batch_bytes(copy) for copy in copies]
-            syncs = [self.sync_every_step(f[1]) if f is not None else None for f in fed]
+            syncs = [self.sync_every_step(loop) for f in fed for loop in (f[1] if f is not None else (None,))]
             if all(syncs):
                 return (
                     f"{small_copy(size)}, and the loop reads `{self.context.source(syncs[0])}` every step (line "

@@ -278,8 +278,8 @@ class NonBlockingCopy(Rule):
             return  # set-up beside a training loop (the data set, before training): nothing to overlap with
         sizes = sizes_of(self.context)
         fed = sizes.feeding_batch_bytes(node)
-        if fed is not None and fed[0] < MIN_COPY_BYTES and sizes.sync_every_step(fed[1]) is not None:
-            return  # a small batch in a loop that waits for the device every step: nothing to overlap
+        if fed is not None and fed[0] < MIN_COPY_BYTES and all(sizes.sync_every_step(loop) for loop in fed[1]):
+            return  # a small batch in loops that wait for the device every step: nothing to overlap
         if sizes.rarely_waited(node) is not None:
             return  # made every few steps (an evaluation), the host waiting for the device right after
         root = kinds.storage_root(node.func.value)

@@ -921,3 +921,37 @@ print(accuracy(loader, 4))
     assert findings(source, "PM101").findings == []  # a small batch, read back on every pass
     passes = findings(source.replace("            break\n", "            continue\n"), "PM101").findings
     assert [(f.line, f.applied) for f in passes] == [(13, True), (13, True)]
+
+
+def test_a_copy_in_a_helper_is_fed_by_the_loops_around_each_call_of_it():
+    source = """\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+device = torch.device("cuda")
+model = torch.nn.Linear(8, 2).to(device)
+data = TensorDataset(torch.randn(64, 8), torch.randint(0, 2, (64,)))
+loader = DataLoader(data, batch_size=8, pin_memory=True)
+
+
+def loss_of(x, y):
+    x, y = x.to(device), y.to(device)
+    return torch.nn.functional.cross_entropy(model(x), y)
+
+
+def evaluate():
+    total = 0.0
+    for x, y in loader:
+        total += loss_of(x, y).item()
+    return total
+"""
+    ctx = context(source)
+    (copy,) = [call for call in ctx.index.find(cst.Call) if ctx.source(call.func) == "x.to"]
+    fed = sizes_of(ctx).feeding_batch_bytes(copy)
+    assert fed is not None and fed[0] == 8 * (8 * 4 + 8) and [ctx.line(loop) for loop in fed[1]] == [17]
+    assert findings(source, "PM101").findings == []  # 320-byte batches, read back on every pass
+    training = source + (
+        "\n\nopt = torch.optim.SGD(model.parameters(), lr=0.1)\nfor x, y in loader:\n"
+        "    loss = loss_of(x, y)\n    opt.zero_grad()\n    loss.backward()\n    opt.step()\n"
+    )
+    assert [(f.line, f.applied) for f in findings(training, "PM101").findings] == [(11, True), (11, True)]
