@@ -1215,9 +1215,10 @@ class Sizes:
             return elsewhere._class_items(classdef, elsewhere.told_by(classdef, call, self, depth), depth)
         names = self.names.of(call.func)
         if names & TENSOR_ROW_DATASETS:
-            if any(a.keyword is not None or a.star for a in call.args) or not call.args:
+            tensors = self._row_tensors(call, depth)
+            if not tensors:
                 return None
-            rows = [self.tensor(a.value, depth + 1) for a in call.args]
+            rows = [self.tensor(tensor, depth + 1) for tensor in tensors]
             if any(r is None or not r[0] for r in rows):
                 return None
             return [tuple(((index,), (shape[1:], element)) for index, (shape, element) in enumerate(rows))]
@@ -1233,6 +1234,23 @@ class Sizes:
         if shape is None or shape[1] is False:
             return None
         return [(((0,), (shape[0], FLOAT32_BYTES)), ((1,), ((), INDEX_BYTES)))]
+
+    def _row_tensors(self, call: cst.Call, depth: int) -> list[cst.BaseExpression] | None:
+        """The tensors `TensorDataset(...)` is given: its arguments, or the items of the one
+        tuple its one starred argument holds (`TensorDataset(*make_data(n))`, a function of the
+        file that returns `x, y`); None when they cannot be told."""
+        if any(a.keyword is not None for a in call.args) or not call.args:
+            return None
+        if not any(a.star for a in call.args):
+            return [a.value for a in call.args]
+        if len(call.args) != 1 or call.args[0].star != "*":
+            return None
+        held = self.values(call.args[0].value, depth + 1)
+        if not held or len(held) != 1 or not isinstance(held[0], (cst.Tuple, cst.List)):
+            return None
+        if any(isinstance(element, cst.StarredElement) for element in held[0].elements):
+            return None
+        return [element.value for element in held[0].elements]
 
     def told_by(self, classdef: cst.ClassDef, call: cst.Call, caller: Sizes, depth: int) -> Told | None:
         """What `call`, a construction in the module `caller` reads, passes the parameters of

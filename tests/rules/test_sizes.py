@@ -955,3 +955,26 @@ def evaluate():
         "    loss = loss_of(x, y)\n    opt.zero_grad()\n    loss.backward()\n    opt.step()\n"
     )
     assert [(f.line, f.applied) for f in findings(training, "PM101").findings] == [(11, True), (11, True)]
+
+
+def test_the_tensors_a_starred_call_gives_a_tensor_dataset_are_its_rows():
+    source = """\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def make_data(n, features):
+    x = torch.randn(n, features)
+    y = torch.randn(n, 1)
+    return x, y
+
+
+loader = DataLoader(TensorDataset(*make_data(4096, 32)), batch_size=256)
+"""
+    ctx = context(source)
+    (loader,) = [call for call in ctx.index.find(cst.Call) if ctx.source(call.func) == "DataLoader"]
+    assert sizes_of(ctx).loader_batch_bytes(loader) == 256 * (32 + 1) * 4
+    for unknown in ("return x, y, *rest", "return [x] + [y]"):
+        ctx = context(source.replace("return x, y", unknown))
+        (loader,) = [call for call in ctx.index.find(cst.Call) if ctx.source(call.func) == "DataLoader"]
+        assert sizes_of(ctx).loader_batch_bytes(loader) is None, unknown
