@@ -394,28 +394,43 @@ class _Chain:
             return None
         func = expr.func
         if isinstance(func, cst.Attribute) and _is_self(func.value):
-            if len(expr.args) != 1 or expr.args[0].keyword is not None:
-                return None
-            parts = sizes_of(self.context).values(func)
-            given = self._value(expr.args[0].value, held)
-            if given is None or not parts or len(parts) != 1 or not isinstance(parts[0], cst.Call):
-                return None
-            return self.network(parts[0], given)
+            return self._submodule_call(expr, held)
         qualified = next((n for n in sorted(self.context.names.of(func)) if n in OPS), None)
-        if qualified is not None:  # a torch function: its tensors are its positional arguments
-            if not all(_literal(arg.value) for arg in expr.args if arg.keyword is not None):
-                return None
-            given = [self._value(arg.value, held) for arg in expr.args if arg.keyword is None]
-            if not given or None in given:
-                return None
-            return self._operation(qualified, any(given))
-        if isinstance(func, cst.Attribute) and METHOD + func.attr.value in OPS:  # a tensor's method
-            given = self._value(func.value, held)
-            op = OPS[METHOD + func.attr.value]
-            if given is None or not all(self._shape_argument(arg.value, held) for arg in expr.args):
-                return None
-            return self._operation(op.name, given) if op.category is not Category.METADATA else None
+        if qualified is not None:
+            return self._function_call(expr, qualified, held)
+        if isinstance(func, cst.Attribute) and METHOD + func.attr.value in OPS:
+            return self._method_call(expr, held)
         return None
+
+    def _submodule_call(self, call: cst.Call, held: dict[str, bool]) -> bool | None:
+        """`self.fc1(x)`: the network `__init__` assigned to the attribute, given `x`."""
+        if len(call.args) != 1 or call.args[0].keyword is not None:
+            return None
+        parts = sizes_of(self.context).values(call.func)
+        given = self._value(call.args[0].value, held)
+        if given is None or not parts or len(parts) != 1 or not isinstance(parts[0], cst.Call):
+            return None
+        return self.network(parts[0], given)
+
+    def _function_call(self, call: cst.Call, qualified: str, held: dict[str, bool]) -> bool | None:
+        """`F.relu(x)`, `torch.flatten(x, 1)`: its tensors are its positional arguments, its
+        keywords settings written out."""
+        if not all(_literal(arg.value) for arg in call.args if arg.keyword is not None):
+            return None
+        given = [self._value(arg.value, held) for arg in call.args if arg.keyword is None]
+        if not given or None in given:
+            return None
+        return self._operation(qualified, any(given))
+
+    def _method_call(self, call: cst.Call, held: dict[str, bool]) -> bool | None:
+        """`x.relu()`, `x.view(x.size(0), -1)`: a tensor's method, given sizes only."""
+        op = OPS[METHOD + call.func.attr.value]
+        given = self._value(call.func.value, held)
+        if given is None or op.category is Category.METADATA:
+            return None
+        if not all(self._shape_argument(arg.value, held) for arg in call.args):
+            return None
+        return self._operation(op.name, given)
 
     def _shape_argument(self, expr: cst.BaseExpression, held: dict[str, bool]) -> bool:
         """A size a view is given: a number, or a size of a tensor of the forward (`x.size(0)`)."""

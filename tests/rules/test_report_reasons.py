@@ -177,9 +177,9 @@ def train(train_loader, model, criterion, optimizer, device):
 def main(pretrained, loader):
     device = torch.device("cuda")
     if pretrained:
-        model = nn.Linear(8, 4)
+        model = nn.Sequential(nn.Linear(8, 4), nn.LayerNorm(4), nn.GELU())
     else:
-        model = nn.Sequential(nn.Linear(8, 4))
+        model = nn.Sequential(nn.Linear(8, 4), nn.LayerNorm(4), nn.Tanh())
     model.to(device)
     criterion = nn.CrossEntropyLoss().to(device)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
