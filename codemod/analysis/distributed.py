@@ -30,6 +30,7 @@ from codemod.analysis.project import project_of
 from codemod.analysis.torch_facts import (
     CHECKPOINTERS,
     MODEL_ZOOS,
+    MODULE_METHOD_FACTS,
     PER_PROCESS_ENVIRONMENT,
     PER_PROCESS_MODULES,
     PER_PROCESS_SOURCES,
@@ -348,7 +349,41 @@ def batch_norms(context: FileContext) -> list[cst.Call]:
     if "BatchNorm" not in context.code and not any(zoo.split(".")[0] in context.code for zoo in MODEL_ZOOS):
         return []
     found = calls_named(context, PER_RANK_BATCH_NORMS, MODEL_ZOOS)
-    return [call for call in found if not context.names.is_(call.func, *ZOO_MODELS_WITHOUT_BATCH_NORM)]
+    return [
+        call
+        for call in found
+        if not context.names.is_(call.func, *ZOO_MODELS_WITHOUT_BATCH_NORM) and not _held_in_eval_mode(context, call)
+    ]
+
+
+def _held_in_eval_mode(context: FileContext, call: cst.Call) -> bool:
+    """Is `call` part of a network bound to a name (`encoder = nn.Sequential(..., nn.BatchNorm2d(32),
+    ...).to(device)`) that the file puts in eval mode, never back in training mode, and hands
+    to nothing else (it only runs it and calls its methods that leave its submodules to it):
+    a frozen encoder. In eval mode BatchNorm normalises with its running statistics, the
+    same on every rank."""
+    target = None
+    for ancestor in context.index.ancestors(call):
+        if isinstance(ancestor, (cst.Call, cst.Arg, cst.Attribute)):
+            continue
+        if isinstance(ancestor, cst.Assign) and len(ancestor.targets) == 1:
+            target = ancestor.targets[0].target
+        break
+    reads = context.bindings.reads(target) if isinstance(target, cst.Name) else None
+    if not reads:
+        return False
+    modes = set()
+    for read in reads:
+        parent = context.parents.get(read)
+        if isinstance(parent, cst.Call) and parent.func is read:
+            continue  # its forward
+        facts = MODULE_METHOD_FACTS.get(parent.attr.value) if isinstance(parent, cst.Attribute) else None
+        method_call = context.parents.get(parent)
+        if facts is None or facts.submodules or not (isinstance(method_call, cst.Call) and method_call.func is parent):
+            return False
+        if facts.mode is not None:
+            modes.add(facts.mode)
+    return modes == {"eval"}
 
 
 def sparse_embeddings(context: FileContext) -> list[cst.Call]:

@@ -162,6 +162,8 @@ MODULE_TENSOR_METHODS = module_methods(tensors=True)
 # Module methods that set an attribute by name (`register_buffer("mask", mask)` makes
 # `self.mask`): method -> the keyword of the value they set.
 MODULE_ATTRIBUTE_SETTERS = {m.name: m.sets for m in NN_MODULE_METHODS.values() if m.sets is not None}
+# A module's methods by name (`eval`, `parameters`, `to`), with their facts.
+MODULE_METHOD_FACTS = {m.name: m for m in NN_MODULE_METHODS.values()}
 # What a model is set up with before training (a compile goes after the last of these): the
 # moves and casts that return it, and loading its weights; not a mode switch (`.train()`).
 MODULE_SET_UP_METHODS = module_methods(sets_up=True)

@@ -784,6 +784,9 @@ class ModuleMethod(NamedTuple):
     # It hands out the module's own tensors, its parameters or buffers (named or not): one
     # replaced in place (`p.data = ...`) is replaced in the module.
     tensors: bool = False
+    # The mode it leaves the module in: "eval" (`eval()`), "train" (`train()`, or `train(False)`,
+    # which this table does not tell apart).
+    mode: str | None = None
 
 
 def _module_methods(names: str, **facts) -> list[ModuleMethod]:
@@ -804,6 +807,8 @@ _MODULE_CROSSING: list[tuple[str, dict[str, object]]] = [
     ),
     ("cuda xpu ipu mtia", {"accelerator": True}),
     ("compile", {"compiles": True}),
+    ("eval", {"mode": "eval"}),
+    ("train", {"mode": "train"}),
     ("forward", {"runs_forward": True}),
     ("modules named_modules children named_children get_submodule", {"submodules": True}),
     ("parameters named_parameters buffers named_buffers get_parameter get_buffer", {"tensors": True}),

@@ -589,3 +589,35 @@ def test_the_losses_a_step_function_returns_are_logged_as_their_mean_over_the_ra
     )
     assert "train_step(model, opt" in source
     assert 'f"epoch {epoch} loss {distributed.all_reduce_mean(loss).item():.4f}"' in rewritten(source)
+
+
+FROZEN_ENCODER = """\
+import torch
+import torch.nn as nn
+
+device = "cuda" if torch.cuda.is_available() else "cpu"
+encoder = nn.Sequential(nn.Conv2d(3, 8, 3), nn.BatchNorm2d(8), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten()).to(device)
+encoder.eval()
+for p in encoder.parameters():
+    p.requires_grad_(False)
+with torch.no_grad():
+    feats = encoder(torch.randn(64, 3, 16, 16, device=device))
+labels = torch.randint(0, 4, (64,), device=device)
+probe = nn.Linear(8, 4).to(device)
+opt = torch.optim.SGD(probe.parameters(), lr=0.1)
+for step in range(10):
+    loss = nn.functional.cross_entropy(probe(feats), labels)
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+"""
+
+
+def test_batch_norm_of_a_frozen_encoder_in_eval_mode_is_no_obstacle():
+    found, _ = finding(FROZEN_ENCODER)
+    assert "BatchNorm" not in found.message, found.message
+    for trained in (
+        ("encoder.eval()\n", "encoder.train()\n"),
+        ("encoder.eval()\n", "encoder.eval()\nnets = [encoder]\n"),
+    ):
+        assert "`nn.BatchNorm2d` holds BatchNorm" in reason(FROZEN_ENCODER.replace(*trained)), trained
