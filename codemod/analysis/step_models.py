@@ -169,6 +169,8 @@ def calls_model(context, call: cst.Call, name: str, depth: int = 0) -> bool:
         and code(func.value) == name
     ):
         return True
+    if isinstance(func, cst.Attribute) and code(func.value) == name and _method_runs_forward(context, func):
+        return True  # `module.training_step(batch)`, whose method calls `self(x)`
     if depth > 1:
         return False
     function = layouts(context).function_of(call)
@@ -181,6 +183,27 @@ def calls_model(context, call: cst.Call, name: str, depth: int = 0) -> bool:
             if any(calls_model(context, c, inner, depth + 1) for c in own_calls(context, function.body)):
                 return True
     return False
+
+
+def _method_runs_forward(context, method: cst.Attribute) -> bool:
+    """Is `method` (`module.training_step`) a method of the file's class of its receiver
+    that runs the module's forward itself: `self(x)` or `self.forward(x)` in its body?"""
+    classdef = context.kinds.instance_class(method.value)
+    function = next(
+        (
+            statement
+            for statement in (classdef.body.body if classdef is not None else ())
+            if isinstance(statement, cst.FunctionDef) and statement.name.value == method.attr.value
+        ),
+        None,
+    )
+    if function is None or not function.params.params:
+        return False
+    me = function.params.params[0].name.value
+    return any(
+        m.matches(call.func, m.Name(me) | m.Attribute(value=m.Name(me), attr=m.Name("forward")))
+        for call in own_calls(context, function.body)
+    )
 
 
 def anchor(context, loop: cst.CSTNode, name: str) -> cst.SimpleStatementLine | None:

@@ -356,3 +356,49 @@ def test_a_chain_with_two_operations_side_by_side_is_compiled():
     )
     found, new = findings(LONE.replace("MODEL", norm))
     assert [(line, fixable) for line, fixable, _ in found] == [(4, True)] and "model.compile()" in new
+
+
+LIGHTNING_LIKE = """\
+    import torch
+    import torch.nn as nn
+    import torch.nn.functional as F
+
+
+    class Lit(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.net = nn.Sequential(nn.Linear(8, 16), nn.LayerNorm(16), nn.GELU(), nn.Linear(16, 1))
+
+        def forward(self, x):
+            return self.net(x)
+
+        def training_step(self, batch):
+            x, y = batch
+            return F.mse_loss(self(x), y)
+
+
+    class Trainer:
+        def __init__(self, device):
+            self.device = device
+
+        def fit(self, module, batches):
+            module.to(self.device)
+            opt = torch.optim.SGD(module.parameters(), lr=0.1)
+            for batch in batches:
+                loss = module.training_step(batch)
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+
+
+    Trainer("cpu").fit(Lit(), [(torch.randn(4, 8), torch.randn(4, 1))])
+    """
+
+
+def test_a_step_method_of_the_model_that_runs_its_forward_compiles_the_model():
+    found, new = findings(LIGHTNING_LIKE)
+    assert [(line, fixable) for line, fixable, _ in found] == [(24, True)]
+    assert "        module.to(self.device)\n        module.compile()\n" in new
+    bypassed = LIGHTNING_LIKE.replace("F.mse_loss(self(x), y)", "F.mse_loss(self.net(x), y)")
+    found, new = findings(bypassed)
+    assert not any(fixable for _, fixable, _ in found) and "compile()" not in new  # its forward never runs
