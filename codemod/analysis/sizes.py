@@ -854,7 +854,8 @@ class Sizes:
 
     def _tensor_indexed(self, expr: cst.Subscript, depth: int) -> tuple[tuple[int, ...], int] | None:
         """`x[:, :3]`, `x[0]`, `x[..., None]`: basic indexing by slices, Python integers, None
-        and `...`; an index by a tensor or a list (it gathers) is not followed."""
+        and `...`; and one index by an int64 tensor of known shape (`centers[labels]`: that dim
+        becomes the index's dims). Other gathers (by a list, by several tensors) are not followed."""
         base = self._tensor(expr.value, depth + 1)
         if base is None or not base[0]:
             return None
@@ -865,6 +866,7 @@ class Sizes:
             return None
         out: list[int] = []
         dim = 0
+        gathered = False  # an index by a tensor of indices was met
         for part in parts:
             if isinstance(part, cst.Slice):
                 out.append(self._slice_length(shape[dim], part, depth))
@@ -882,6 +884,10 @@ class Sizes:
                 or self._tensor(part.value, depth + 1) == ((), INDEX_BYTES)
             ):
                 dim += 1  # a Python integer (or a 0-d int64 tensor: `labels[i]`) picks one entry: the dim goes
+            elif not gathered and (index := self._tensor(part.value, depth + 1)) and index[1] == INDEX_BYTES:
+                out.extend(index[0])  # a gather: one entry per index
+                dim += 1
+                gathered = True
             else:
                 return None
         return (*out, *shape[dim:]), element

@@ -273,7 +273,10 @@ class BatchCopiedInTheStep(Rule):
             first = copies[0].call
             line = self.context.line(first)
             helper = self.context.index.first_enclosing(first, cst.FunctionDef)
-            if feed.fetch is not None:
+            small = self._small_batches(feed.loader)
+            if small is not None:
+                why = f"{self.MESSAGE} (line {line}); not rewritten: {small}, so prefetching it hides next to nothing"
+            elif feed.fetch is not None:
                 why = (
                     f"each batch is taken with `next()` and copied to the device in the step (line {line}): on "
                     "the step's stream, so the copy cannot overlap with compute, even when fetched a step ahead; "
@@ -296,6 +299,15 @@ class BatchCopiedInTheStep(Rule):
             else:
                 why = f"{self.MESSAGE} (line {line}); not rewritten: {refused.get(id(feed.loop), NOT_PLAIN_COPIES)}"
             self.report(first, why)
+
+    def _small_batches(self, loader: cst.BaseExpression) -> str | None:
+        """Why prefetching the batches of `loader` hides next to nothing: every loader it may be
+        holds batches known to copy faster than ten kernel launches; None otherwise."""
+        sources = self.context.loaders.sources(loader, (), 0)
+        batches = [sizes_of(self.context).loader_batch_bytes(source) for source in sources]
+        if not batches or None in batches or max(batches) >= MIN_COPY_BYTES:
+            return None
+        return small_copy(max(batches))
 
     def _check(self, loop: cst.For) -> str | None:
         """Fix the loop, or report why it is not fixed; None when done, else the reason its
@@ -335,12 +347,9 @@ class BatchCopiedInTheStep(Rule):
             )
             return None
 
-        batches = [sizes_of(self.context).loader_batch_bytes(loader) for loader in sources]
-        if all(size is not None for size in batches) and max(batches) < MIN_COPY_BYTES:
-            self.report(
-                loop,
-                f"{self.MESSAGE}; not rewritten: {small_copy(max(batches))}, so prefetching it hides next to nothing",
-            )
+        small = self._small_batches(loader_expr)
+        if small is not None:
+            self.report(loop, f"{self.MESSAGE}; not rewritten: {small}, so prefetching it hides next to nothing")
             return None
 
         def prefetched(updated: cst.BaseExpression) -> cst.Call:

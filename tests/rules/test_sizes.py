@@ -978,3 +978,47 @@ loader = DataLoader(TensorDataset(*make_data(4096, 32)), batch_size=256)
         ctx = context(source.replace("return x, y", unknown))
         (loader,) = [call for call in ctx.index.find(cst.Call) if ctx.source(call.func) == "DataLoader"]
         assert sizes_of(ctx).loader_batch_bytes(loader) is None, unknown
+
+
+BLOBS = """\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def make_blobs(n, d_in, classes):
+    centers = torch.randn(classes, d_in) * 0.7
+    y = torch.randint(0, classes, (n,))
+    return centers[y] + torch.randn(n, d_in), y
+
+
+device = torch.device("cuda")
+X, Y = make_blobs(1024, 20, 5)
+loader = DataLoader(TensorDataset(X, Y), batch_size=32, shuffle=True, pin_memory=True)
+model = torch.nn.Linear(20, 5).to(device)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+data_iter = iter(loader)
+for step in range(100):
+    try:
+        xb, yb = next(data_iter)
+    except StopIteration:
+        data_iter = iter(loader)
+        xb, yb = next(data_iter)
+    xb, yb = xb.to(device), yb.to(device)
+    loss = torch.nn.functional.cross_entropy(model(xb), yb)
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+"""
+
+
+def test_rows_gathered_by_a_tensor_of_indices_and_a_small_batch_taken_with_next_is_not_worth_prefetching():
+    ctx = context(BLOBS)
+    (loader,) = [call for call in ctx.index.find(cst.Call) if ctx.source(call.func) == "DataLoader"]
+    assert sizes_of(ctx).loader_batch_bytes(loader) == 32 * (20 * 4 + 8)  # `centers[y]`: one row per label
+    (found,) = findings(BLOBS, "PM103").findings
+    assert not found.applied and "not rewritten: a batch holds about 2816 bytes" in found.message
+    assert "DevicePrefetcher" not in found.message
+    for other in ("centers[y, y]", "centers[[0, 1]]"):  # two gathers, a list: not followed
+        ctx = context(BLOBS.replace("centers[y]", other))
+        (loader,) = [call for call in ctx.index.find(cst.Call) if ctx.source(call.func) == "DataLoader"]
+        assert sizes_of(ctx).loader_batch_bytes(loader) is None, other
