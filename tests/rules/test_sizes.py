@@ -422,6 +422,8 @@ device = torch.device("cuda")
         ("X.roll((1, 2), (0, 1))", (256, 12), 4),
         ("torch.flip(X.long(), [0])", (256, 12), 8),
         ("torch.maximum(X, torch.zeros(1, 12))", (256, 12), 4),
+        ("X[idx]", (8, 12), 4),  # a gather by one int64 tensor: one row per index
+        ("X[:, idx[:3]]", (256, 3), 4),
     ],
 )
 def test_the_shape_of_a_tensor_computed_from_tensors_of_known_shape(expr, shape, element):
@@ -433,7 +435,7 @@ def test_the_shape_of_a_tensor_computed_from_tensors_of_known_shape(expr, shape,
 @pytest.mark.parametrize(
     "expr",
     [
-        "X[idx]",
+        "X[idx, idx]",  # two gathers broadcast together: not followed
         "X[X > 0]",
         "X.sum(1, keepdim=flag)",
         "X @ X",
@@ -744,7 +746,7 @@ loader = DataLoader(SpanDataset(seq=SEQ), batch_size=4)
         ("self.ids[i] + noise(i)", "32", None),  # a function of the file perfmod does not shape
         # a 0-d int64 tensor picks one row as an int does (a gather, of the same shape)
         ("self.ids[self.start[i]]", "32", 4 * 32 * 8),
-        ("self.ids[self.start[i : i + 2]]", "32", None),  # an index that is a 1-d tensor: a gather
+        ("self.ids[self.start[i : i + 2]]", "32", 4 * 2 * 32 * 8),  # a gather by a 1-d tensor: a row per index
     ],
 )
 def test_a_dataset_class_of_the_file_is_sized_by_what_its_getitem_returns(item, seq, size):
