@@ -29,7 +29,7 @@ import libcst as cst
 
 from codemod.analysis.hook_sites import hook_sites
 from codemod.analysis.loops import own_nodes
-from codemod.analysis.names import kwarg, method_name, positional, sole_definition
+from codemod.analysis.names import kwarg, method_name, methods_of, positional, sole_definition
 from codemod.analysis.sizes import sizes_of
 from codemod.analysis.step_models import calls_model, own_calls
 from codemod.analysis.tensor_layout import layouts
@@ -97,7 +97,7 @@ def forward_of(context: FileContext, network: cst.ClassDef | cst.FunctionDef | c
 def _obstacle(context, network, random: bool) -> str | None:
     if isinstance(network, cst.FunctionDef):  # a method reads the methods of its class it calls
         owner = context.kinds.class_of(network)
-        own = _methods(owner) if owner is not None else {}
+        own = methods_of(owner) if owner is not None else {}
         name = owner.name.value if owner is not None else network.name.value
         return _functions_obstacle(context, name, own, [network], random, set())
     return _forward_obstacle(context, network, set(), 0, random)
@@ -110,7 +110,7 @@ def _forward_obstacle(context, network, seen: set[int], depth: int, random: bool
     if isinstance(network, cst.Call):
         return _layers_obstacle(context, network, seen, depth, random)
     name = network.name.value
-    own = _methods(network)
+    own = methods_of(network)
     if "forward" not in own:
         return f"`{name}` has no forward perfmod can read"
     for site in hook_sites(context):
@@ -274,14 +274,23 @@ def model_break(context: FileContext, loop, name: str) -> tuple[cst.Call, str] |
     return compile_break(context, [c for c in calls if calls_model(context, c, name)])
 
 
+def _builds(context: FileContext, anchor: cst.CSTNode, name: str) -> list[cst.Call] | None:
+    """The calls that build the model `name` at the statement `anchor` (where it is built or
+    moved), through `.to(device)` and DDP wrappers; None when it may hold anything else."""
+    named = [n for n in context.index.find(cst.Name, within=anchor) if n.value == name]
+    built = sizes_of(context).values(named[0]) if named else None
+    if not built or not all(isinstance(value, cst.Call) for value in built):
+        return None
+    return built
+
+
 def lone_layer(context: FileContext, anchor: cst.CSTNode, name: str) -> str | None:
     """The `torch.nn` layer the model `name` holds at the statement `anchor` (where it is
     built or moved), when it is one whose forward is a single operator of torch
     (`nn.Linear`, a convolution, `nn.EmbeddingBag`), through `.to(device)` and DDP wrappers:
     compiled alone, it has nothing to fuse; None when it may hold anything else."""
-    named = [n for n in context.index.find(cst.Name, within=anchor) if n.value == name]
-    built = sizes_of(context).values(named[0]) if named else None
-    if not built or not all(isinstance(value, cst.Call) for value in built):
+    built = _builds(context, anchor, name)
+    if built is None:
         return None
     layers = set()
     for value in built:
@@ -300,9 +309,8 @@ def layer_chain(context: FileContext, anchor: cst.CSTNode, name: str) -> str | N
     functions), and of any two that meet, one is a matrix product or convolution that stays
     a cuBLAS or cuDNN call when compiled (`LIBRARY_PRODUCTS`; views between them are free).
     Compiled, such a model runs the same kernels. None when it may run anything else."""
-    named = [n for n in context.index.find(cst.Name, within=anchor) if n.value == name]
-    built = sizes_of(context).values(named[0]) if named else None
-    if not built or not all(isinstance(value, cst.Call) for value in built):
+    built = _builds(context, anchor, name)
+    if built is None:
         return None
     chain = _Chain(context)
     if any(chain.network(value, fusible=False) is None for value in built):
@@ -354,7 +362,7 @@ class _Chain:
         return None if fusible else True  # two operations compile would fuse into one kernel
 
     def _forward(self, classdef: cst.ClassDef, fusible: bool) -> bool | None:
-        forward = _methods(classdef).get("forward")
+        forward = methods_of(classdef).get("forward")
         if forward is None or not all(self.context.names.is_(b.value, "torch.nn.Module") for b in classdef.bases):
             return None
         params = forward.params
@@ -438,13 +446,10 @@ class _Chain:
             return True
         if isinstance(expr, cst.UnaryOperation):
             return _literal(expr.expression)
-        return (
-            isinstance(expr, cst.Call)
-            and isinstance(expr.func, cst.Attribute)
-            and OPS.get(METHOD + expr.func.attr.value, None) is not None
-            and OPS[METHOD + expr.func.attr.value].category is Category.METADATA
-            and self._value(expr.func.value, held) is not None
-        )
+        if not (isinstance(expr, cst.Call) and isinstance(expr.func, cst.Attribute)):
+            return False
+        op = OPS.get(METHOD + expr.func.attr.value)
+        return op is not None and op.category is Category.METADATA and self._value(expr.func.value, held) is not None
 
 
 def _literal(expr: cst.BaseExpression) -> bool:
@@ -686,11 +691,6 @@ def _rooted_at_self(expr: cst.BaseExpression) -> bool:
     while isinstance(expr, (cst.Attribute, cst.Subscript)):
         expr = expr.value
     return _is_self(expr)
-
-
-def _methods(classdef: cst.ClassDef) -> dict[str, cst.FunctionDef]:
-    body = classdef.body.body if isinstance(classdef.body, cst.IndentedBlock) else ()
-    return {f.name.value: f for f in body if isinstance(f, cst.FunctionDef)}
 
 
 def _class(context, func) -> tuple[FileContext, cst.ClassDef] | None:

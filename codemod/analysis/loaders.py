@@ -28,7 +28,7 @@ import libcst as cst
 from codemod.analysis.bindings import argument_for
 from codemod.analysis.command_line import Option
 from codemod.analysis.loops import own_nodes
-from codemod.analysis.names import is_none, kwarg, method_name, names_read, number_value, positional
+from codemod.analysis.names import is_none, kwarg, method_name, methods_of, names_read, number_value, positional
 from codemod.analysis.project import BatchUse, Function, Site, project_of
 from codemod.analysis.torch_facts import (
     ARGUMENTS_IN_ORDER_SETUP_METHODS,
@@ -1494,7 +1494,7 @@ class Loaders:
             return self.called_place(function, bound, self)
         classdef = self.kinds.local_class(collate)  # `collate_fn=Batch`: the loader runs its `__init__`
         if classdef is not None:
-            init = _methods(classdef).get("__init__")
+            init = methods_of(classdef).get("__init__")
             return self.called_place(init, bound, self) if init is not None else Place.HOST
         project = project_of(self.context)
         found = project.function(collate) if project.imports_project() else None
@@ -1588,7 +1588,7 @@ class Loaders:
     def _class_style(self, classdef: cst.ClassDef, depth: int) -> str:
         """The style of instances of a dataset class of this file: its own `__iter__` /
         `__getitem__`, else its bases'."""
-        methods = _methods(classdef)
+        methods = methods_of(classdef)
         iterable = any(self.names.is_(base.value, ITERABLE_DATASET) for base in classdef.bases)
         if "__iter__" in methods and (iterable or "__getitem__" not in methods):
             shards = any(
@@ -1765,7 +1765,7 @@ class Loaders:
         made in `caller`'s file (this one, or a module that imports the class)."""
         getitem, owner = None, classdef
         while owner is not None and depth <= MAX_DEPTH:
-            methods = _methods(owner)
+            methods = methods_of(owner)
             if "__iter__" in methods or "__getitems__" in methods:
                 return UNKNOWN  # loads otherwise than item by item
             if "__getitem__" in methods:
@@ -2308,12 +2308,6 @@ def _in_namespace(name: str) -> bool:
     return name in TENSOR_FUNCTIONS or (
         head in TENSOR_NAMESPACES and last[:1].islower() and name not in NOT_TENSOR_FUNCTIONS
     )
-
-
-def _methods(classdef: cst.ClassDef) -> dict[str, cst.FunctionDef]:
-    return {
-        statement.name.value: statement for statement in classdef.body.body if isinstance(statement, cst.FunctionDef)
-    }
 
 
 def _joined(costs) -> str:

@@ -661,6 +661,13 @@ def names_read(node: cst.CSTNode) -> list[cst.Name]:
     return reads.names
 
 
+def methods_of(classdef: cst.ClassDef) -> dict[str, cst.FunctionDef]:
+    """The methods a class body defines, by name (of two definitions, the last: Python's)."""
+    return {
+        statement.name.value: statement for statement in classdef.body.body if isinstance(statement, cst.FunctionDef)
+    }
+
+
 def sole_definition(scopes, expr: cst.BaseExpression, kind: type) -> cst.CSTNode | None:
     """The `def` or `class` statement of this file (`kind`) that the Name `expr`
     refers to, when that statement is the name's only binding."""

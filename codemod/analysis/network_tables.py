@@ -34,7 +34,7 @@ import libcst as cst
 from codemod.analysis import match as m
 from codemod.analysis.compilability import forward_of
 from codemod.analysis.hook_sites import hook_sites
-from codemod.analysis.names import method_name, sole_definition
+from codemod.analysis.names import method_name, methods_of, sole_definition
 from codemod.analysis.torch_facts import (
     HOOK_REGISTRATIONS,
     MODULE_CONTAINERS,
@@ -60,7 +60,7 @@ class NetworkTable(NamedTuple):
 def called_tables(context: FileContext, classdef: cst.ClassDef, methods: list[str]) -> list[NetworkTable]:
     """The network tables of `classdef` (a class of `context`'s module) that `methods`, or the
     methods of the class they call, call the members of."""
-    own = _methods(classdef)
+    own = methods_of(classdef)
     called: dict[str, str] = {}
     todo, seen = [name for name in methods if name in own], set()
     while todo:
@@ -80,11 +80,6 @@ def called_tables(context: FileContext, classdef: cst.ClassDef, methods: list[st
 
 def _is_self(expr: cst.BaseExpression | None) -> bool:
     return isinstance(expr, cst.Name) and expr.value == "self"
-
-
-def _methods(classdef: cst.ClassDef) -> dict[str, cst.FunctionDef]:
-    body = classdef.body.body if isinstance(classdef.body, cst.IndentedBlock) else ()
-    return {f.name.value: f for f in body if isinstance(f, cst.FunctionDef)}
 
 
 def _self_attribute(expr: cst.BaseExpression) -> str | None:
@@ -274,7 +269,7 @@ def _function(context, classdef, func) -> cst.FunctionDef | None:
     if isinstance(func, cst.Attribute) and (
         _is_self(func.value) or sole_definition(context.scopes, func.value, cst.ClassDef) is classdef
     ):
-        return _methods(classdef).get(func.attr.value)
+        return methods_of(classdef).get(func.attr.value)
     return sole_definition(context.scopes, func, cst.FunctionDef)
 
 
@@ -344,7 +339,7 @@ def model_parts(context, cls: cst.ClassDef) -> list[tuple[str, cst.Call, str]]:
     """(attribute, its value, "module" / "dict" / "list") for each network that the
     class's `__init__` builds into `self.<attribute>` (an `nn.Sequential`, a class of
     this file, an `nn.ModuleDict` or `nn.ModuleList`) and its other methods read."""
-    methods = _methods(cls)
+    methods = methods_of(cls)
     init = methods.get("__init__")
     if init is None or "forward" not in methods:
         return []

@@ -29,7 +29,7 @@ import libcst as cst
 from codemod.analysis import match as m
 from codemod.analysis.local_calls import local_calls
 from codemod.analysis.loops import own_nodes
-from codemod.analysis.names import compound_keyword, method_name
+from codemod.analysis.names import compound_keyword, method_name, methods_of
 from codemod.analysis.project import project_of
 from codemod.analysis.tensor_layout import layouts
 from codemod.analysis.torch_facts import ALL_LOSS_MODULES, MODEL_WRAPPERS, MODULE_METHODS, MODULE_SET_UP_METHODS
@@ -189,14 +189,7 @@ def _method_runs_forward(context, method: cst.Attribute) -> bool:
     """Is `method` (`module.training_step`) a method of the file's class of its receiver
     that runs the module's forward itself: `self(x)` or `self.forward(x)` in its body?"""
     classdef = context.kinds.instance_class(method.value)
-    function = next(
-        (
-            statement
-            for statement in (classdef.body.body if classdef is not None else ())
-            if isinstance(statement, cst.FunctionDef) and statement.name.value == method.attr.value
-        ),
-        None,
-    )
+    function = methods_of(classdef).get(method.attr.value) if classdef is not None else None
     if function is None or not function.params.params:
         return False
     me = function.params.params[0].name.value

@@ -122,6 +122,7 @@ from codemod.analysis.names import (
     is_none,
     kwarg,
     method_name,
+    methods_of,
     names_read,
     number_value,
     positional,
@@ -1281,7 +1282,7 @@ class Kinds:
         if not isinstance(value, cst.Call):
             return False
         classdef = self.local_class(value.func)
-        getitem = _method(classdef, "__getitem__") if classdef is not None else None
+        getitem = methods_of(classdef).get("__getitem__") if classdef is not None else None
         if getitem is None or any(
             isinstance(s, cst.FunctionDef) and s.name.value in ("__getitems__", "__iter__") for s in classdef.body.body
         ):
@@ -1857,16 +1858,16 @@ class Kinds:
                 return found if self.class_of(found) is None else None
         if isinstance(func, cst.Attribute):
             classdef = self.instance_class(func.value)
-            method = _method(classdef, func.attr.value) if classdef is not None else None
+            method = methods_of(classdef).get(func.attr.value) if classdef is not None else None
             if method is not None:
                 return method
         # `tokenizer(texts)` or `self.tokenizer(texts)` on an instance: its `__call__`
         classdef = self.instance_class(func) if isinstance(func, (cst.Name, cst.Attribute)) else None
-        return _method(classdef, "__call__") if classdef is not None else None
+        return methods_of(classdef).get("__call__") if classdef is not None else None
 
     def method(self, classdef: cst.ClassDef, name: str) -> cst.FunctionDef | None:
         """The method `name` the body of `classdef` defines (the last definition wins)."""
-        return _method(classdef, name)
+        return methods_of(classdef).get(name)
 
     def is_logger(self, expr: cst.BaseExpression) -> bool:
         """Is `expr` a logger: the `logging` module, or a name every binding of which is
@@ -2179,7 +2180,7 @@ class Kinds:
 
     def _in_init(self, owner: cst.ClassDef, at: cst.CSTNode) -> bool:
         """Is `at` in the `__init__` of `owner`?"""
-        return self.index.first_enclosing(at, FUNCTIONS) is _method(owner, "__init__")
+        return self.index.first_enclosing(at, FUNCTIONS) is methods_of(owner).get("__init__")
 
     def _attribute_parts(
         self, target: cst.BaseExpression, statement: cst.CSTNode
@@ -2222,7 +2223,7 @@ class Kinds:
         keyword or by position among its annotated fields, else the field's default
         (`ctx = Context(ids=table)`: `ctx.ids` is `table`), followed through the names and
         parameters it is handed down by (`cfg` of `Block(cfg)` of `cfg = Config()`)."""
-        if _method(classdef, "__init__") is not None or depth > MAX_NAMESPACE_DEPTH:
+        if methods_of(classdef).get("__init__") is not None or depth > MAX_NAMESPACE_DEPTH:
             return None
         scope = self.scopes.get(owner)
         calls = []
@@ -2246,7 +2247,7 @@ class Kinds:
         """What `calls`, the constructions of `classdef` an object may come from (or names
         that hold one), pass to its field `field`, else its default; None when one cannot
         be told."""
-        if _method(classdef, "__init__") is not None:
+        if methods_of(classdef).get("__init__") is not None:
             return None
         fields = [
             s.body[0].target.value
@@ -2843,15 +2844,6 @@ def _built_or_written(
         return built
     written = table[attr]
     return [*built, *written] if built is not None and written is not None else written
-
-
-def _method(classdef: cst.ClassDef, name: str) -> cst.FunctionDef | None:
-    """The method `name` the class body defines (the last definition wins)."""
-    found = None
-    for statement in classdef.body.body:
-        if isinstance(statement, cst.FunctionDef) and statement.name.value == name:
-            found = statement
-    return found
 
 
 def _method_names(classdef: cst.ClassDef) -> set[str]:
