@@ -1457,18 +1457,17 @@ class Sizes:
                 return None if not found or None in found else [fed for each in found for fed in each]
             if id(ancestor) not in loops:
                 continue
-            sizes = []
-            for feed in feeds:
-                if feed.loop is not ancestor:
-                    continue
-                sources = self.loaders.sources(feed.loader, (), 0)
-                if not sources:
-                    return None
-                sizes.extend(self.loader_batch_bytes(source) for source in sources)
-            if not sizes or any(s is None for s in sizes):
+            sizes = [self.largest_batch_bytes(feed.loader) for feed in feeds if feed.loop is ancestor]
+            if not sizes or None in sizes:
                 return None
             return [(max(sizes), ancestor)]
         return None
+
+    def largest_batch_bytes(self, loader: cst.BaseExpression) -> int | None:
+        """The bytes of the largest batch of any DataLoader the expression `loader` may be
+        (`loaders.sources`); None when one of them, or which they are, is not known."""
+        batches = [self.loader_batch_bytes(source) for source in self.loaders.sources(loader, (), 0)]
+        return max(batches) if batches and None not in batches else None
 
     def sync_every_step(self, loop: cst.CSTNode) -> cst.Call | None:
         """A read of a device value to the host (`loss.item()`, `.tolist()`, `.cpu()`) that

@@ -303,11 +303,8 @@ class BatchCopiedInTheStep(Rule):
     def _small_batches(self, loader: cst.BaseExpression) -> str | None:
         """Why prefetching the batches of `loader` hides next to nothing: every loader it may be
         holds batches known to copy faster than ten kernel launches; None otherwise."""
-        sources = self.context.loaders.sources(loader, (), 0)
-        batches = [sizes_of(self.context).loader_batch_bytes(source) for source in sources]
-        if not batches or None in batches or max(batches) >= MIN_COPY_BYTES:
-            return None
-        return small_copy(max(batches))
+        size = sizes_of(self.context).largest_batch_bytes(loader)
+        return small_copy(size) if size is not None and size < MIN_COPY_BYTES else None
 
     def _check(self, loop: cst.For) -> str | None:
         """Fix the loop, or report why it is not fixed; None when done, else the reason its
