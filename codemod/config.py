@@ -60,8 +60,9 @@ class Settings(NamedTuple):  # a named tuple: a tenth of a frozen dataclass's co
     root: Path | None = None  # folder of the pyproject.toml the settings came from
     respect_gitignore: bool = True
     force_exclude: bool = False
-    # Where lines the fixes lengthen are wrapped: the project's ruff or black line-length.
-    line_length: int = 88  # black's and ruff's default
+    # Where lines the fixes lengthen are wrapped: the project's ruff or black line-length;
+    # None when it sets none (then the file's own lines say: `layout.file_line_length`).
+    line_length: int | None = None
     # Not a [tool.perfmod] key: False for `check`, which runs one round of the rules
     # (every pass of it) and reports what it finds, as ruff's check does; `apply`, its
     # --dry-run and --diff repeat the rounds until the file stops changing (codemod.engine).
@@ -243,10 +244,11 @@ def load_settings(
     return settings._replace(line_length=line_length)
 
 
-def formatter_line_length(start: Path, memo: Path | None = None) -> int:
+def formatter_line_length(start: Path, memo: Path | None = None) -> int | None:
     """The line length the project's formatter keeps, as ruff finds it: the nearest
     ruff.toml / .ruff.toml (`line-length`) or pyproject.toml with [tool.ruff] (or
-    [tool.black]) above `start`; 88, their default, when there is none."""
+    [tool.black]) above `start` (88, their default, when that table sets none); None
+    when there is no such table."""
     start = start.absolute()
     for folder in [start, *start.parents] if start.is_dir() else start.parents:
         for name in ("ruff.toml", ".ruff.toml", "pyproject.toml"):
@@ -264,7 +266,7 @@ def formatter_line_length(start: Path, memo: Path | None = None) -> int:
                     value = found.get("line-length")
                     valid = isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= 320
                     return value if valid else DEFAULT_LINE_LENGTH
-    return DEFAULT_LINE_LENGTH
+    return None
 
 
 def settings_from_table(

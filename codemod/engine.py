@@ -679,7 +679,8 @@ def _apply(
         span = lines[position.start.line - 1 : position.end.line]
         return max(len(line) for line in span), len(span)
 
-    new_module = layout.wrapped(new_module, lambda node: node not in index, width_before, context.settings.line_length)
+    line_length = context.settings.line_length or layout.file_line_length(context.code)
+    new_module = layout.wrapped(new_module, lambda node: node not in index, width_before, line_length)
     return new_module, lines_of
 
 

@@ -18,8 +18,15 @@ import libcst as cst
 
 from codemod.analysis.index import children_of
 from codemod.analysis.positions import statement_starts
+from codemod.config import DEFAULT_LINE_LENGTH
 
-DEFAULT_LINE_LENGTH = 88  # black's and ruff's default
+
+def file_line_length(code: str) -> int:
+    """The line length a file keeps where its project configures no formatter: black's 88,
+    or its own widest line of plain code (no comment, no string: what a formatter splits)
+    where that is wider. A file written to 120 columns is not rewrapped at 88."""
+    plain = (line for line in code.splitlines() if "#" not in line and '"' not in line and "'" not in line)
+    return max(DEFAULT_LINE_LENGTH, max((len(line.rstrip()) for line in plain), default=0))
 
 
 def wrapped(

@@ -250,9 +250,20 @@ def test_the_line_length_is_the_projects(tmp_path):
     (tmp_path / "src" / "ruff.toml").unlink()
     assert load_settings(tmp_path / "src" / "train.py").line_length == 79
     (tmp_path / "pyproject.toml").write_text("[project]\nname = 'x'\n")
-    assert load_settings(tmp_path / "src" / "train.py").line_length == 88
+    assert load_settings(tmp_path / "src" / "train.py").line_length is None  # no formatter: the file says
     source = "import torch\nmodel = torch.nn.Linear(8, 1).cuda()\nopt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.1, eps=1e-8)\n"
     wide = process_source(
         source.encode(), "t.py", Settings(line_length=120, level=Level.NUMERIC), [UnfusedOptimizer]
     ).new_source.decode()
     assert "eps=1e-8, fused=True)\n" in wide
+
+
+def test_a_file_without_a_formatter_keeps_its_own_width():
+    """No formatter configured: black's 88 for a file whose code keeps to it, but a file
+    whose own code runs to 103 columns is not rewrapped below that."""
+    call = "opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.1)\n"  # 86 wide with fused=True
+    narrow = "import torch\nmodel = torch.nn.Linear(8, 1).cuda()\n" + call.replace("0.1)", "0.1, eps=1e-8)")
+    wide = narrow + "total = model.weight.sum() + model.bias.sum() + model.weight.mean() + model.bias.mean() + 0.0\n"
+    for source, wrapped in ((narrow, True), (wide, False)):
+        new = process_source(source.encode(), "t.py", Settings(level=Level.NUMERIC), [UnfusedOptimizer]).new_source
+        assert ("eps=1e-8, fused=True)\n" not in new.decode()) is wrapped
