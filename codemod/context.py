@@ -73,7 +73,12 @@ class FileContext:
 
     @cached_property
     def names(self) -> Names:
-        return Names(self.scopes)
+        return Names(self.scopes, self._star_member)
+
+    def _star_member(self, module: str, name: str) -> str | None:
+        from codemod.analysis.project import project_of
+
+        return project_of(self).star_member(module, name)
 
     @cached_property
     def kinds(self) -> Kinds:

@@ -29,7 +29,7 @@ import libcst as cst
 
 from codemod.analysis.hook_sites import hook_sites
 from codemod.analysis.loops import own_nodes
-from codemod.analysis.names import kwarg, method_name, methods_of, positional, sole_definition
+from codemod.analysis.names import is_self, kwarg, method_name, methods_of, positional, sole_definition
 from codemod.analysis.sizes import sizes_of
 from codemod.analysis.step_models import calls_model, own_calls
 from codemod.analysis.tensor_layout import layouts
@@ -148,7 +148,7 @@ def _functions_obstacle(context, name: str, own: dict, todo: list, random: bool,
             return reason
         for call in context.index.find(cst.Call, within=function):
             func = call.func
-            if isinstance(func, cst.Attribute) and _is_self(func.value) and func.attr.value in own:
+            if isinstance(func, cst.Attribute) and is_self(func.value) and func.attr.value in own:
                 todo.append(own[func.attr.value])
             helper = sole_definition(context.scopes, func, cst.FunctionDef)
             if helper is not None and context.index.first_enclosing(helper, cst.ClassDef) is None:
@@ -401,7 +401,7 @@ class _Chain:
         if not isinstance(expr, cst.Call) or any(arg.star for arg in expr.args):
             return None
         func = expr.func
-        if isinstance(func, cst.Attribute) and _is_self(func.value):
+        if isinstance(func, cst.Attribute) and is_self(func.value):
             return self._submodule_call(expr, held)
         qualified = next((n for n in sorted(self.context.names.of(func)) if n in OPS), None)
         if qualified is not None:
@@ -683,14 +683,10 @@ def _without_grad(context, node: cst.CSTNode, function: cst.FunctionDef) -> bool
 # -- helpers ----------------------------------------------------------------------------------
 
 
-def _is_self(expr: cst.BaseExpression | None) -> bool:
-    return isinstance(expr, cst.Name) and expr.value == "self"
-
-
 def _rooted_at_self(expr: cst.BaseExpression) -> bool:
     while isinstance(expr, (cst.Attribute, cst.Subscript)):
         expr = expr.value
-    return _is_self(expr)
+    return is_self(expr)
 
 
 def _class(context, func) -> tuple[FileContext, cst.ClassDef] | None:

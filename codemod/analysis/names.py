@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from itertools import islice
 
 import libcst as cst
@@ -73,8 +73,11 @@ class Names:
     call, and in a long file that imports `torch` many times (or reads `torch`
     thousands of times) most look-ups repeat the work of an earlier one."""
 
-    def __init__(self, scopes) -> None:
+    def __init__(self, scopes, star_member: Callable[[str, str], str | None] | None = None) -> None:
         self._scopes = scopes
+        # What `name` is in a module star-imported (`from .parts import *`), where that module
+        # binds it by an import of its own (`import torch.nn as nn`): the project answers.
+        self._star_member = star_member
         self._cache: dict[cst.CSTNode, frozenset] = {}
         self._canonical_names: dict[frozenset, tuple[str, ...]] = {}
         self._by_referent: dict[BaseAssignment, frozenset] = {}
@@ -105,7 +108,9 @@ class Names:
             return frozenset(found)
         if node in self._bindings():  # a name bound here: libcst answers for that binding alone
             return frozenset(scope.get_qualified_names_for(node))
-        dotted = get_full_name_for_node(node)
+        # (only a chain of names: libcst spells `torch.randn(3).T` "torch.randn.T" and
+        # `(a + b).data` "None.data", names of values computed at run time)
+        dotted = get_full_name_for_node(node) if is_dotted_name(node) else None
         if dotted is None:
             return frozenset()
         # libcst's look-up by spelling: the bindings of the longest prefix bound here.
@@ -116,8 +121,12 @@ class Names:
                 bindings = scope[prefix]
                 break
             prefix = prefix.rpartition(".")[0] or None
-        if not bindings:
-            return frozenset()
+        if not bindings:  # `nn.Module` where `nn` comes from a `from .parts import *`
+            head, _, rest = dotted.partition(".")
+            return frozenset(
+                QualifiedName(f"{star.name}.{rest}" if rest else star.name, star.source)
+                for star in self._star_imported(cst.Name(head))
+            )
         # libcst hands out the set of bindings of the scope that binds the name, so every
         # scope that sees the same bindings shares one answer (a module-level `torch`, or
         # `model.to` where `model` is bound hundreds of times).
@@ -158,8 +167,10 @@ class Names:
                 and isinstance(statement.names, cst.ImportStar)
                 and isinstance(scope, GlobalScope)
             )
+        resolve = self._star_member or (lambda module, name: None)
         return frozenset(
-            QualifiedName(member(module, node.value), QualifiedNameSource.IMPORT) for module in self._star_modules
+            QualifiedName(resolve(module, node.value) or member(module, node.value), QualifiedNameSource.IMPORT)
+            for module in self._star_modules
         )
 
     def _names_of(self, referents: Collection[BaseAssignment]) -> frozenset:
@@ -401,6 +412,11 @@ def negation(test: cst.BaseExpression) -> cst.BaseExpression:
     if isinstance(test, cst.UnaryOperation) and isinstance(test.operator, cst.Not):
         return test.expression
     return cst.UnaryOperation(cst.Not(), logic_operand(test))
+
+
+def is_self(expr: cst.BaseExpression | None) -> bool:
+    """`self`, by the name every method of the file gives its instance."""
+    return isinstance(expr, cst.Name) and expr.value == "self"
 
 
 def is_dotted_name(node: cst.BaseExpression) -> bool:

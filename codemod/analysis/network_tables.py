@@ -34,7 +34,7 @@ import libcst as cst
 from codemod.analysis import match as m
 from codemod.analysis.compilability import forward_of
 from codemod.analysis.hook_sites import hook_sites
-from codemod.analysis.names import method_name, methods_of, sole_definition
+from codemod.analysis.names import is_self, method_name, methods_of, sole_definition
 from codemod.analysis.torch_facts import (
     HOOK_REGISTRATIONS,
     MODULE_CONTAINERS,
@@ -70,7 +70,7 @@ def called_tables(context: FileContext, classdef: cst.ClassDef, methods: list[st
         seen.add(name)
         for call in context.index.find(cst.Call, within=own[name]):
             func = call.func
-            if _is_self(func.value if isinstance(func, cst.Attribute) else None) and func.attr.value in own:
+            if is_self(func.value if isinstance(func, cst.Attribute) else None) and func.attr.value in own:
                 todo.append(func.attr.value)
             attribute = _table_read(context, func)
             if attribute is not None:
@@ -78,13 +78,9 @@ def called_tables(context: FileContext, classdef: cst.ClassDef, methods: list[st
     return [_table(context, classdef, own, attribute, caller) for attribute, caller in called.items()]
 
 
-def _is_self(expr: cst.BaseExpression | None) -> bool:
-    return isinstance(expr, cst.Name) and expr.value == "self"
-
-
 def _self_attribute(expr: cst.BaseExpression) -> str | None:
     """`x` for `self.x`."""
-    if isinstance(expr, cst.Attribute) and _is_self(expr.value):
+    if isinstance(expr, cst.Attribute) and is_self(expr.value):
         return expr.attr.value
     return None
 
@@ -267,7 +263,7 @@ def _function(context, classdef, func) -> cst.FunctionDef | None:
     """The helper `func` names: a method of the class (`self._make`, `Model._make`) or a
     function of the module."""
     if isinstance(func, cst.Attribute) and (
-        _is_self(func.value) or sole_definition(context.scopes, func.value, cst.ClassDef) is classdef
+        is_self(func.value) or sole_definition(context.scopes, func.value, cst.ClassDef) is classdef
     ):
         return methods_of(classdef).get(func.attr.value)
     return sole_definition(context.scopes, func, cst.FunctionDef)

@@ -182,6 +182,34 @@ class _Module:
                 found = statement
         return found
 
+    def imported_as(self, name: str) -> str | None:
+        """The dotted name a top-level absolute import of this module binds `name` to
+        (`import torch.nn as nn`, `from torch import nn`, `import torch`); None when none does."""
+        context = self.context
+        found = None
+        for statement in context.module.body if context is not None else ():
+            if not isinstance(statement, cst.SimpleStatementLine):
+                continue
+            for small in statement.body:
+                if isinstance(small, cst.Import):
+                    for alias in small.names:
+                        dotted = cst.Module([]).code_for_node(alias.name)
+                        if alias.asname is not None:
+                            if isinstance(alias.asname.name, cst.Name) and alias.asname.name.value == name:
+                                found = dotted
+                        elif dotted.split(".")[0] == name:
+                            found = name
+                elif (
+                    isinstance(small, cst.ImportFrom)
+                    and not small.relative
+                    and not isinstance(small.names, cst.ImportStar)
+                ):
+                    for alias in small.names:
+                        bound = alias.asname.name if alias.asname is not None else alias.name
+                        if isinstance(bound, cst.Name) and bound.value == name and isinstance(alias.name, cst.Name):
+                            found = member(imported_from(small), alias.name.value)
+        return found
+
     def re_exports(self, name: str) -> list[str]:
         """The qualified names a top-level import of this module may bind `name` to: the
         one a `from x import f [as name]` binds, else `x.name` for each `from x import *`."""
@@ -203,8 +231,8 @@ class _Module:
                     continue
                 for alias in small.names:
                     bound = alias.asname.name if alias.asname is not None else alias.name
-                    if isinstance(bound, cst.Name) and bound.value == name:
-                        return sorted(context.names.of(bound))[:1]
+                    if isinstance(bound, cst.Name) and bound.value == name and isinstance(alias.name, cst.Name):
+                        return [member(imported_from(small), alias.name.value)]  # `from .unet_model import UNet`
         return starred
 
 
@@ -530,11 +558,11 @@ class Project:
                 return True
         return False
 
-    def matrix_products(self, func: cst.BaseExpression) -> bool | None:
+    def matrix_products(self, func: cst.BaseExpression, only_matmuls: bool = False) -> bool | None:
         """Does calling `func`, a class or function of a project module (a model class, a
-        function that builds a model), multiply matrices? Answered by that module's own
-        analysis (`Training.matrix_products_in`); None when `func` is not the project's,
-        or when that module cannot tell."""
+        function that builds a model), multiply matrices (with `only_matmuls`, those cuBLAS
+        runs)? Answered by that module's own analysis (`Training.matrix_products_in`); None
+        when `func` is not the project's, or when that module cannot tell."""
         function = self.function(func)
         if function is not None:
             module, node = function.module, function.node
@@ -542,7 +570,11 @@ class Project:
             module, node = self._project_class(func)
             if node is None:
                 return None
-        return _summary(module, ("matrix products", node.name.value), lambda: _matrix_products(module, node))
+        return _summary(
+            module,
+            ("matrix products", node.name.value, only_matmuls),
+            lambda: _matrix_products(module, node, only_matmuls),
+        )
 
     def class_of(self, func: cst.BaseExpression) -> tuple[FileContext, cst.ClassDef] | None:
         """The class of a project module that `func` names (`ComponentModel` of `from
@@ -594,6 +626,17 @@ class Project:
             if found is not None:
                 return found
         return None, None
+
+    def star_member(self, module: str, name: str) -> str | None:
+        """What `name` is in the project module `module` this file star-imports (`from .parts
+        import *`), where that module binds it by an absolute import of its own (`import
+        torch.nn as nn`: `torch.nn`); None otherwise (a class of its own is found by name)."""
+        path = self._module_path(member(module, name))
+        loaded = _load(path, self.context.settings) if path is not None else None
+        if loaded is None or not loaded.mentions(b"import"):
+            return None
+        self._used[path] = loaded
+        return loaded.imported_as(name)
 
     def imported_module_mentioning(self, *words: bytes) -> str | None:
         """The first project module this file imports (`import pkg.setup`, `from .setup
@@ -1110,9 +1153,9 @@ def _pure(function: Function) -> bool:
     return context is not None and context.purity.is_pure(function.node)
 
 
-def _matrix_products(module: _Module, node: cst.ClassDef | cst.FunctionDef) -> bool | None:
+def _matrix_products(module: _Module, node: cst.ClassDef | cst.FunctionDef, only_matmuls: bool) -> bool | None:
     context = module.context
-    return context.training.matrix_products_in(node) if context is not None else None
+    return context.training.matrix_products_in(node, only_matmuls) if context is not None else None
 
 
 def _built(module: _Module, classdef: cst.ClassDef) -> tuple[Built, ...]:

@@ -328,6 +328,10 @@ class LoopInvariantTokenization(Rule):
             "random: not invariant",
         ),
         Valid(
+            PREAMBLE + "for step in range(3):\n    ids = torch.randint(0, 1000, (4, 1)).T\n" + STEP,
+            "an attribute of a random tensor is random too",
+        ),
+        Valid(
             PREAMBLE + "for step in range(3):\n    w = torch.ones(8, requires_grad=True)\n"
             "    loss = (model(torch.tensor([1])) * w).sum()\n    loss.backward()\n    opt.step()\n",
             "a leaf that collects gradients is new every step",

@@ -12,6 +12,7 @@ from codemod.analysis.names import (
     code_of,
     conjunction,
     integer_value,
+    is_dotted_name,
     negation,
     number_value,
     plain_code,
@@ -132,7 +133,8 @@ def test_dotted_names_read_through_an_import_made_many_times_are_libcsts():
         names = Names(file_scopes(TreeIndex(module)))
     asked = []
     for node, scope in expected.items():
-        if isinstance(node, (cst.Attribute, cst.Name)) and scope is not None:
+        # (an attribute of a computed value, `torch.zeros(2).cuda`, names nothing: see below)
+        if isinstance(node, (cst.Attribute, cst.Name)) and scope is not None and is_dotted_name(node):
             assert names._qualified(node) == scope.get_qualified_names_for(node), get_full_name_for_node(node)
             asked.append(get_full_name_for_node(node))
     assert {"torch.cuda.synchronize", "tnn.functional.relu", "helpers.run", "data.DataLoader"} <= set(asked)
@@ -172,3 +174,14 @@ def test_what_assignment_targets_store_to_through_tuples_lists_and_stars():
     targets = [t.target for t in module.body[0].body[0].targets]
     stored = stored_targets(targets)
     assert sorted(module.code_for_node(target) for target in stored) == ["a.x", "b[i]", "c", "d"]
+
+
+def test_an_attribute_of_a_computed_value_names_nothing():
+    """`torch.randn(3).T` is an attribute of a tensor made at run time, not a name the
+    imports give ("torch.randn.T"); `(a + b).data` no more than `None.data`."""
+    context = FileContext.of_source(
+        "import torch\nx = torch.randn(3)\n"
+        "a = torch.randn(3).T\nb = (x + x).data\nc = x[0].data\nd = torch.nn.functional.relu\n"
+    )
+    values = [statement.body[0].value for statement in context.module.body[2:]]
+    assert [context.names.of(value) for value in values] == [set(), set(), set(), {"torch.nn.functional.relu"}]

@@ -1036,3 +1036,61 @@ def test_only_a_parameter_iterated_or_handed_on_is_asked_of_the_packages_callers
     for name in context.index.find(cst.Name, within=function.body):
         context.kinds.fact(name)
     assert asked == ["loader"]
+
+
+def test_a_model_of_a_package_that_star_imports_its_parts_is_read_there(tmp_path):
+    """The UNet layout: `pkg/__init__.py` re-exports `from .model import Net`, and
+    `pkg/model.py` takes `nn` and its blocks from `from .parts import *`. The names are
+    torch's and the project's classes, so the step's products are known: convolutions only,
+    which cuDNN runs in TF32 already (PM302 reports, no fix)."""
+    parts = """\
+        import torch.nn as nn
+
+        class Block(nn.Module):
+            def __init__(self, c):
+                super(Block, self).__init__()
+                self.conv = nn.Sequential(nn.Conv2d(c, c, 3, padding=1), nn.ReLU())
+
+            def forward(self, x):
+                return self.conv(x)
+        """
+    model = """\
+        from .parts import *
+
+        class Net(nn.Module):
+            def __init__(self, c):
+                super(Net, self).__init__()
+                self.block = Block(c)
+                self.head = nn.Conv2d(c, 1, 1)
+
+            def forward(self, x):
+                return self.head(self.block(x))
+        """
+    train = """\
+        import sys
+        import torch
+        from pkg import Net
+
+        model = Net(int(sys.argv[1])).cuda()
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        for step in range(10):
+            x = torch.randn(8, 3, 32, 32, device="cuda")
+            loss = model(x).mean()
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+        """
+    root = _project(
+        tmp_path,
+        {
+            "pkg/__init__.py": "from .model import Net\n",
+            "pkg/parts.py": parts,
+            "pkg/model.py": model,
+            "train.py": train,
+        },
+    )
+    context = FileContext.of_source((root / "pkg" / "model.py").read_text(), str(root / "pkg" / "model.py"))
+    net = next(c for c in context.module.body if isinstance(c, cst.ClassDef))
+    assert context.names.of(net.bases[0].value) == {"torch.nn.Module"}  # `nn` of `from .parts import *`
+    result = _check(root / "train.py", "PM302")
+    assert [(f.applied, "no float32 matrix product" in f.message) for f in result.findings] == [(False, True)]
