@@ -540,9 +540,11 @@ class Checkpoints:
         counted = "the parameters and buffers perfmod counts in the modules it saves"
         if saved[1]:
             counted += ", and the state their optimizer keeps for them"
+        millis = save_seconds(size) * 1000
+        took = f"about {millis:.0f} ms" if millis >= 1 else "under 1 ms"
         raise Synchronous(
             f"the checkpoint holds about {shown(size)} ({counted}), "
-            f"which torch.save writes in about {save_seconds(size) * 1000:.0f} ms at "
+            f"which torch.save writes in {took} at "
             f"{HARDWARE['save_bytes_per_s'] / 1e9:.0f} GB/s; a save under {MIN_SAVE_S * 1000:.0f} ms that does "
             "not run every step is not worth a background writer"
         )

@@ -41,7 +41,7 @@ import libcst as cst
 
 from codemod.analysis.bindings import argument_for, passed_by, returned_values
 from codemod.analysis.loaders import COLLATE_FN_POSITION
-from codemod.analysis.names import dict_entry, integer_value, kwarg, method_name, number_value, positional
+from codemod.analysis.names import dict_entry, integer_value, is_self, kwarg, method_name, number_value, positional
 from codemod.analysis.periodic import periodic
 from codemod.analysis.project import project_of
 from codemod.analysis.tokenizers import tokenizers as tokenizers_of
@@ -51,6 +51,7 @@ from codemod.analysis.torch_facts import (
     CROP_TRANSFORMS,
     DATA_FACTORIES,
     DTYPE_BYTES,
+    FILLED_FACTORIES,
     HOST_NUMBER_MODULES,
     HOST_ONLY_MODULES,
     ID_LIST_METHODS,
@@ -58,6 +59,7 @@ from codemod.analysis.torch_facts import (
     INTEGER_FACTORIES,
     JOINING_FUNCTIONS,
     LIKE_FACTORIES,
+    MATH_CONSTANTS,
     MATRIX_PRODUCT_METHODS,
     MATRIX_PRODUCTS,
     MODEL_WRAPPERS,
@@ -137,6 +139,8 @@ RUNTIME_WITHOUT_PRODUCT_PREFIXES = tuple(f"{name}." for name in RUNTIME_WITHOUT_
 LIST_RESIZERS = frozenset({"append", "extend", "insert", "pop", "remove", "clear"})
 LIST_GROWERS = frozenset({"extend", "insert", "__setitem__", "__iadd__"})  # add elements `append` does not
 HOST_NUMBER_PREFIXES = tuple(module + "." for module in HOST_NUMBER_MODULES)
+COPIES = ("copy.deepcopy", "copy.copy")  # `ema = copy.deepcopy(model)`
+PRODUCTS_OF_ELEMENTS = ("math.prod", "numpy.prod", "numpy.product")  # of a shape: its elements
 BATCH_SAMPLER_POSITION = 4  # `DataLoader(dataset, batch_size, shuffle, sampler, batch_sampler, ...)`
 
 
@@ -347,7 +351,7 @@ class Sizes:
             wrapped = self._wrapped(expr, depth)
             if wrapped is not None:
                 return self._values(wrapped, path, depth + 1)
-            function = self.context.bindings.local_function(expr.func)
+            function = self.kinds.local_callee(expr)  # a function of this file, or a method of its classes
             if function is not None:
                 returned = self.kinds.returned(function)
                 return self._all(returned, path, depth) if returned else None
@@ -363,7 +367,7 @@ class Sizes:
             self._is_module_value(expr.func.value) or self._builds_modules(expr.func.value, depth)
         ):
             return expr.func.value
-        if self.names.of(expr.func) & (MODEL_WRAPPERS | {RUNTIME_UNWRAP}):
+        if self.names.of(expr.func) & (MODEL_WRAPPERS | {RUNTIME_UNWRAP, *COPIES}):  # (a copy is as large)
             first = kwarg(expr, "module") or kwarg(expr, "model") or positional(expr, 0)
             return first.value if first is not None else None
         return None
@@ -419,12 +423,14 @@ class Sizes:
         return None
 
     def _integer_operation(self, expr: cst.BinaryOperation, depth: int) -> int | None:
-        """`integer` of `a + b`, `a * b`, `a // b` or `a ** b` (a difference of upper bounds
-        bounds nothing)."""
+        """`integer` of `a + b`, `a * b`, `a // b` or `a ** b`, and of `a - b` where `b` has one
+        value (a difference of upper bounds bounds nothing)."""
         left, right = self.integer(expr.left, depth + 1), self.integer(expr.right, depth + 1)
         if left is None or right is None:
             return None
         operator = expr.operator
+        if isinstance(operator, cst.Subtract):
+            return left - right if self._one_value(expr.right, depth + 1) else None
         if isinstance(operator, cst.Add):
             return left + right
         if isinstance(operator, cst.Multiply):
@@ -435,6 +441,27 @@ class Sizes:
             return left**right
         return None
 
+    def _one_value(self, expr: cst.BaseExpression, depth: int) -> bool:
+        """Can `expr` hold one integer only as the script runs as written (so that its upper
+        bound, `integer`, is its value): a literal, a name or attribute with one value that
+        does, `+ - * //` of such, `int()` of one?"""
+        if depth > MAX_DEPTH:
+            return False
+        if integer_value(expr) is not None:
+            return True
+        if isinstance(expr, cst.BinaryOperation) and isinstance(
+            expr.operator, (cst.Add, cst.Subtract, cst.Multiply, cst.FloorDivide)
+        ):
+            return self._one_value(expr.left, depth + 1) and self._one_value(expr.right, depth + 1)
+        if isinstance(expr, cst.Call) and len(expr.args) == 1 and self.names.is_(expr.func, "int", "builtins.int"):
+            return self._one_value(expr.args[0].value, depth + 1)
+        if isinstance(expr, (cst.Name, cst.Attribute)):
+            if not self._framed(expr) and self.loaders.setting(expr, 0) is not None:
+                return True  # an argparse default (or the loader setting it names)
+            values = self.values(expr, depth + 1)
+            return bool(values) and len(values) == 1 and values[0] is not expr and self._one_value(values[0], depth + 1)
+        return False
+
     def _integer_call(self, expr: cst.Call, depth: int) -> int | None:
         """`integer` of `int(n)` (and a process's share of a batch: at most the whole),
         `len(x)` and `x.size(0)`."""
@@ -442,12 +469,30 @@ class Sizes:
             return None
         if self.names.is_(expr.func, "int", "builtins.int", RUNTIME_LOCAL_BATCH):
             return self.integer(expr.args[0].value, depth + 1)
+        if self.names.is_(expr.func, *PRODUCTS_OF_ELEMENTS):
+            return self._product_of_elements(expr.args[0].value, depth)
         if self.names.is_(expr.func, "len", "builtins.len"):
             length = self._literal_length(expr.args[0].value, depth + 1)
             return length if length is not None else self._dim_size(expr.args[0].value, 0, depth)
         if method_name(expr) == "size" and expr.args[0].keyword is None:
             return self._dim_size(expr.func.value, expr.args[0].value, depth)  # `x.size(0)`
         return None
+
+    def _product_of_elements(self, expr: cst.BaseExpression, depth: int) -> int | None:
+        """`np.prod(img_shape)`: the product of the integers of every tuple or list literal
+        `expr` may hold (the largest)."""
+        values = self.values(expr, depth + 1) if isinstance(expr, (cst.Name, cst.Attribute)) else [expr]
+        if not values or not all(isinstance(v, (cst.Tuple, cst.List)) for v in values):
+            return None
+        found = []
+        for literal in values:
+            if any(isinstance(e, cst.StarredElement) for e in literal.elements):
+                return None
+            factors = [self.integer(e.value, depth + 1) for e in literal.elements]
+            if None in factors or any(f < 0 for f in factors):
+                return None
+            found.append(math.prod(factors))
+        return max(found)
 
     def _framed(self, expr: cst.BaseExpression) -> bool:
         """Is `expr` a parameter of a construction being sized, whose value is what that
@@ -601,6 +646,8 @@ class Sizes:
         """`tensor`, where a Python number is `((), 0)`: no dims, and no dtype of its own."""
         if depth > MAX_DEPTH:
             return None
+        if isinstance(expr, cst.Attribute) and self.names.of(expr) & MATH_CONSTANTS:
+            return (), 0  # `math.pi`: a Python float
         if isinstance(expr, (cst.Name, cst.Attribute)):
             return self._tensor_held(expr, depth)
         if isinstance(expr, (cst.Integer, cst.Float)):
@@ -622,8 +669,24 @@ class Sizes:
             made = self._tensor_made(expr, depth)
             if made is None:
                 made = self._tensor_computed(expr, depth)
+            if made is None:
+                made = self._tensor_returned(expr, depth)
             return made if made is not None else self._sequential_output(expr, depth)
         return None
+
+    def _tensor_returned(self, call: cst.Call, depth: int) -> Tensor | None:
+        """What a function of this file returns (`two_moons(768)`), its parameters holding what
+        `call` passes them: known where every `return` agrees."""
+        function = self.kinds.local_callee(call)
+        returned = self.kinds.returned(function) if function is not None else []
+        if not returned:
+            return None
+        self._frames.append((function, call))
+        try:
+            found = {self._tensor(value, depth + 1) for value in returned}
+        finally:
+            self._frames.pop()
+        return found.pop() if len(found) == 1 else None
 
     def _tensor_held(self, expr: cst.Name | cst.Attribute, depth: int) -> Tensor | None:
         """`_tensor` of a name or attribute: a transpose (`x.T`), a batch a loader feeds, or
@@ -745,6 +808,10 @@ class Sizes:
             length = self.integer(steps.value, depth + 1) if steps is not None else None
             shape = (length,) if length is not None else None
             default = FLOAT32_BYTES
+        elif names & FILLED_FACTORIES and plain:  # `torch.full((channels,), 1.5)`: its fill value's dtype
+            fill = positional(call, 1) or kwarg(call, "fill_value")
+            shape = self._shape([plain[0]], depth)
+            default = INDEX_BYTES if fill is not None and isinstance(fill.value, cst.Integer) else FLOAT32_BYTES
         elif names & LIKE_FACTORIES and plain:
             like = self._tensor(plain[0], depth + 1)
             shape, default = like if like is not None else (None, 0)
@@ -1639,6 +1706,12 @@ class Sizes:
             if arg.keyword is not None:
                 return None
             parts = [arg.value]
+            if arg.star and isinstance(arg.value, cst.Call):
+                part = self._returned_layers(arg.value, depth)
+                if part is None:
+                    return None
+                total = total.plus(part)
+                continue
             if arg.star or isinstance(arg.value, (cst.List, cst.Tuple)):
                 inner = arg.value
                 if isinstance(inner, (cst.ListComp, cst.GeneratorExp)):
@@ -1664,6 +1737,33 @@ class Sizes:
                     return None
                 total = total.plus(size)
         return total
+
+    def _returned_layers(self, call: cst.Call, depth: int) -> ModuleSize | None:
+        """`*block(128, 256)`: the layers a function of this file returns in a list, the list
+        it builds (`layers = [nn.Linear(i, o)]`) and everything `append` may add to it, sized
+        with the function's parameters holding what `call` passes."""
+        function = self.context.bindings.local_function(call.func)
+        returned = self.kinds.returned(function) if function is not None else []
+        if len(returned) != 1 or not isinstance(returned[0], (cst.Name, cst.List)):
+            return None
+        held = returned[0]
+        made = self.values(held, depth + 1) if isinstance(held, cst.Name) else [held]
+        if not made or len(made) != 1 or not isinstance(made[0], cst.List):
+            return None
+        appended = self._appended(held) if isinstance(held, cst.Name) else []
+        if appended is None or any(isinstance(e, cst.StarredElement) for e in made[0].elements):
+            return None
+        self._frames.append((function, call))
+        try:
+            total = EMPTY
+            for layer in [*(e.value for e in made[0].elements), *appended]:
+                size = self.module(layer, depth + 1)
+                if size is None:
+                    return None
+                total = total.plus(size)
+            return total
+        finally:
+            self._frames.pop()
 
     def _repeated(self, comprehension, depth: int) -> ModuleSize | None:
         """`[Block(d) for _ in range(n)]`: n blocks."""
@@ -1764,8 +1864,8 @@ class Sizes:
         if isinstance(frame, Told):
             value = frame.values.get(bound[1].name.value, bound[1].default)  # not passed: its default
             return [value] if value is not None else None
-        if frame is not None:
-            value = passed_by(frame, bound[0], bound[1], 1)
+        if frame is not None:  # a construction or a method's call (its `self` not passed), a function's
+            value = passed_by(frame, bound[0], bound[1], 1 if self.kinds.class_of(bound[0]) is not None else 0)
             if value is not None:
                 return [value]
         sources = self.context.kinds.value_sources(name)
@@ -1876,6 +1976,8 @@ class Sizes:
             return True
         if isinstance(expr, cst.BinaryOperation):
             return self._scalar(expr.left, depth + 1) and self._scalar(expr.right, depth + 1)
+        if isinstance(expr, cst.Attribute) and self.kinds.instance_class(expr.value) is not None:
+            return self._scalar_field(expr, depth)
         if not isinstance(expr, cst.Name):
             return self.integer(expr) is not None
         bindings = self.context.bindings
@@ -1898,6 +2000,27 @@ class Sizes:
             if value is None or not self._scalar(value, depth + 1):
                 return False
         return True
+
+    def _scalar_field(self, field: cst.Attribute, depth: int) -> bool:
+        """`self.global_step` of a class of this file: every assignment of the attribute in
+        its methods (`= 0`, `+= 1`) gives a number or a string, and there is one."""
+        classdef = self.kinds.instance_class(field.value)
+        values = []
+        for statement in self.index.find((cst.Assign, cst.AugAssign, cst.AnnAssign), within=classdef):
+            targets = [t.target for t in statement.targets] if isinstance(statement, cst.Assign) else [statement.target]
+            for target in targets:
+                if isinstance(target, (cst.Tuple, cst.List)) and any(
+                    isinstance(e.value, cst.Attribute) and e.value.attr.value == field.attr.value
+                    for e in target.elements
+                ):
+                    return False  # unpacked from something
+                if (
+                    isinstance(target, cst.Attribute)
+                    and target.attr.value == field.attr.value
+                    and is_self(target.value)
+                ):
+                    values.append(statement.value)
+        return bool(values) and all(v is not None and self._scalar(v, depth + 1) for v in values)
 
     def _optimizer_bytes(self, optimizer: cst.BaseExpression, depth: int) -> int | None:
         """The bytes of an optimizer's `state_dict()`: the tensors of each parameter's shape it

@@ -1024,3 +1024,42 @@ def test_rows_gathered_by_a_tensor_of_indices_and_a_small_batch_taken_with_next_
         ctx = context(BLOBS.replace("centers[y]", other))
         (loader,) = [call for call in ctx.index.find(cst.Call) if ctx.source(call.func) == "DataLoader"]
         assert sizes_of(ctx).loader_batch_bytes(loader) is None, other
+
+
+def test_layers_a_helper_returns_in_a_list_and_a_width_from_a_shape_product():
+    # the GAN zoo's generator: `*block(in, out)` adds the list a nested helper builds and
+    # appends to, each call sized by what it passes; `int(np.prod(img_shape))` the flat image
+    net = module_of_net(
+        "import numpy as np\nimport torch.nn as nn\nimg_shape = (1, 28, 28)\n"
+        "class Generator(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+        "        def block(in_feat, out_feat, normalize=True):\n"
+        "            layers = [nn.Linear(in_feat, out_feat)]\n"
+        "            if normalize:\n                layers.append(nn.BatchNorm1d(out_feat, 0.8))\n"
+        "            layers.append(nn.LeakyReLU(0.2, inplace=True))\n            return layers\n"
+        "        self.model = nn.Sequential(\n            *block(100, 128, normalize=False),\n"
+        "            *block(128, 256),\n            nn.Linear(256, int(np.prod(img_shape))),\n        )\n"
+        "net = Generator()\n"
+    )
+    assert net.products == ((100, 128), (128, 256), (256, 784))
+    # (a BatchNorm1d after each block, as the helper may append it: an upper bound)
+    assert net.parameters == 100 * 128 + 128 + 128 * 2 + 128 * 256 + 256 + 256 * 2 + 256 * 784 + 784
+
+
+def test_a_difference_by_a_known_value_and_math_constants_size_a_data_set():
+    # blind13's two moons: `n - half` rows, where `half = n // 2` has one value, and `math.pi * rand(...)`
+    ctx = context(
+        "import math\nimport torch\nfrom torch.utils.data import DataLoader, TensorDataset\n"
+        "def two_moons(n):\n    half = n // 2\n"
+        "    a = math.pi * torch.rand(half)\n    b = math.pi * torch.rand(n - half)\n"
+        "    upper = torch.stack([a.cos(), a.sin()], dim=1)\n    lower = torch.stack([1 - b.cos(), 0.5 - b.sin()], dim=1)\n"
+        "    return torch.cat([upper, lower]) + 0.05 * torch.randn(n, 2)\n"
+        "loader = DataLoader(TensorDataset(two_moons(768)), batch_size=128)\n"
+    )
+    (loader,) = [c for c in ctx.index.find(cst.Call) if ctx.source(c.func) == "DataLoader"]
+    assert sizes_of(ctx).loader_batch_bytes(loader) == 128 * 2 * 4
+    (rows,) = [c for c in ctx.index.find(cst.Call) if ctx.source(c) == "torch.cat([upper, lower])"]
+    assert sizes_of(ctx).tensor(rows) == ((768, 2), 4)
+    # `n - k` where `k` may be one of several values bounds nothing
+    varied = context("import sys\nk = 2 if len(sys.argv) > 1 else 3\nn = 10 - k\n")
+    (n,) = [a.targets[0].target for a in varied.index.find(cst.Assign) if varied.source(a.targets[0].target) == "n"]
+    assert sizes_of(varied).integer(n) is None
