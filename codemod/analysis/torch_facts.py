@@ -338,6 +338,10 @@ PURE_TORCH_FUNCTIONS = functions(pure=True)
 # recurrent and convolution layers): the float32 work that TF32 and reduced precision change.
 MATRIX_PRODUCTS = functions(Category.MATMUL, Category.CONVOLUTION, Category.RECURRENT)
 MATRIX_PRODUCT_METHODS = methods(Category.MATMUL)
+# Those cuBLAS runs, whose float32 precision `torch.backends.cuda.matmul` (TF32) governs (`cdist`
+# too: a matmul computes its distances): cuDNN's convolutions and recurrent layers have settings
+# of their own, TF32 by default.
+FLOAT32_MATMULS = functions(Category.MATMUL, Category.PAIRWISE)
 # Functions that multiply matrices of sizes perfmod does not follow (`cdist` computes
 # Euclidean distances through a matmul).
 UNLISTED_PRODUCTS = functions(Category.PAIRWISE)
@@ -630,11 +634,11 @@ PURE_BUILTINS = frozenset(
 )
 # Builtins that read an object's attributes and change nothing.
 ATTRIBUTE_READERS = frozenset({"builtins.getattr", "builtins.hasattr"})
-# Modules of Python's standard library (and numpy) whose functions run no torch operation:
-# a call of one multiplies no tensors on the GPU.
+# Modules of Python's standard library (and numpy, tqdm's progress bars, wandb's logging) whose
+# functions run no torch operation: a call of one multiplies no tensors on the GPU.
 NO_TORCH_MODULES = (
     "builtins math cmath random time datetime os sys json logging warnings itertools collections "
-    "string re enum pathlib argparse numpy"
+    "string re enum pathlib argparse numpy tqdm wandb"
 ).split()
 # Builtins that make a new one-shot iterator: pure to call, but their value is used up once read.
 ITERATOR_BUILTINS = frozenset(f"builtins.{name}" for name in "enumerate zip reversed map filter iter".split())

@@ -41,6 +41,7 @@ from codemod.analysis.bindings import passed_by
 from codemod.analysis.names import (
     dict_entry,
     is_main_guard,
+    is_self,
     kwarg,
     method_name,
     names_read,
@@ -64,6 +65,7 @@ from codemod.analysis.torch_facts import (
     FINITENESS_METHODS,
     FINITENESS_TESTS,
     FLOAT16_NAMES,
+    FLOAT32_MATMULS,
     FLOAT64_NAMES,
     GRAD_FREE_CONTEXTS,
     GRAD_SCALER_NAMES,
@@ -251,6 +253,7 @@ class Training:
         self._device_types: dict[tuple[cst.CSTNode, int, bool], frozenset[str] | None] = {}
         self._float64_constructions: dict[str, cst.CSTNode | None] = {}
         self._products: dict[cst.CSTNode, bool | None] = {}
+        self._matmuls: dict[cst.CSTNode, bool | None] = {}
         self._half_calls: dict[str, list[cst.Call]] | None = None
         self._half_builds: dict[str, cst.Call | None] = {}
         self._under: dict[str, tuple[list[cst.Call], dict[cst.Call, str]]] = {}
@@ -908,6 +911,14 @@ class Training:
             self._products[loop.loop] = _MatrixProducts(self).in_code(loop.loop.body)
         return self._products[loop.loop]
 
+    def runs_float32_matmuls(self, loop: TrainingLoop) -> bool | None:
+        """`multiplies_matrices` for the products cuBLAS runs (matmul, `@`, einsum, linear
+        and attention layers), whose float32 precision TF32's matmul setting governs; not
+        cuDNN's convolutions and recurrent layers, which run in TF32 by default."""
+        if loop.loop not in self._matmuls:
+            self._matmuls[loop.loop] = _Float32Matmuls(self).in_code(loop.loop.body)
+        return self._matmuls[loop.loop]
+
     def first_run(
         self,
         calls: Iterable[cst.Call],
@@ -950,10 +961,11 @@ class Training:
         verdict = search.in_class(node) if isinstance(node, cst.ClassDef) else search.in_code(node)
         return verdict, search.found if verdict else None
 
-    def matrix_products_in(self, node: cst.ClassDef | cst.FunctionDef) -> bool | None:
+    def matrix_products_in(self, node: cst.ClassDef | cst.FunctionDef, only_matmuls: bool = False) -> bool | None:
         """Does calling `node`, a class or function of this file, multiply matrices (as
-        `multiplies_matrices`)? Asked by the files that import it."""
-        search = _MatrixProducts(self)
+        `multiplies_matrices`; with `only_matmuls`, as `runs_float32_matmuls`)? Asked by the
+        files that import it."""
+        search = _Float32Matmuls(self) if only_matmuls else _MatrixProducts(self)
         return search.in_class(node) if isinstance(node, cst.ClassDef) else search.in_code(node)
 
     @functools.cached_property
@@ -2412,7 +2424,7 @@ class _MatrixProducts:
                 return True  # a subclass of nn.Linear, nn.Conv2d, ...
             elif not names or not all(_without_products(n) for n in names):
                 # A base of a project module, read there; another library's may run anything.
-                verdicts.append(project_of(training.context).matrix_products(base.value) if names else None)
+                verdicts.append(self.in_project(base.value) if names else None)
         verdicts.append(self.in_code(cls))
         return _first_true(verdicts)
 
@@ -2439,6 +2451,12 @@ class _MatrixProducts:
             if func in self.seen:
                 return False
             self.seen.add(func)
+            function = training.context.bindings.local_function(func)
+            if function is not None:
+                return self.in_code(function)  # `fn = dice if binary else multiclass_dice`, then `fn(x, y)`
+            owner = _receiver_class(training.context.bindings.param_of(func), training.parents)
+            if owner is not None:
+                return self.in_class(owner)  # `self(x)`, `super(Net, self)`: its class (once)
             sources = training.kinds.value_sources(func)
             if not sources or any(s is None for s in sources):
                 return None  # a parameter passed from elsewhere, an unpacked value
@@ -2485,6 +2503,15 @@ class _MatrixProducts:
         return _first_true(verdicts)
 
 
+class _Float32Matmuls(_MatrixProducts):
+    """The same search, for the products cuBLAS runs (`runs_float32_matmuls`)."""
+
+    FUNCTIONS = FLOAT32_MATMULS
+
+    def in_project(self, func: cst.BaseExpression) -> bool | None:
+        return project_of(self.training.context).matrix_products(func, only_matmuls=True)
+
+
 class _CallSearch(_MatrixProducts):
     """The same search, for calls of other functions and methods (`first_run`)."""
 
@@ -2513,8 +2540,18 @@ def _first_true(verdicts) -> bool | None:
     return None if unknown else False
 
 
+def _receiver_class(bound: tuple[cst.FunctionDef, cst.Param] | None, parents) -> cst.ClassDef | None:
+    """The class whose method's first parameter `bound` (a function and its parameter) is."""
+    if bound is None:
+        return None
+    function, param = bound
+    params = function.params.params
+    owner = parents.get(parents.get(function))
+    return owner if params and params[0] is param and isinstance(owner, cst.ClassDef) else None
+
+
 def _is_self_field(expr: cst.Attribute) -> bool:
-    return isinstance(expr.value, cst.Name) and expr.value.value == "self"
+    return is_self(expr.value)
 
 
 def _statement_targets(assignment: cst.Assign | cst.AugAssign | cst.AnnAssign) -> list[cst.BaseExpression]:

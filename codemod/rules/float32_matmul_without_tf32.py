@@ -63,6 +63,12 @@ if __name__ == "__main__":
 """
 
 
+NO_FLOAT32_MATMUL = (
+    "the models the training step runs make no float32 matrix product that TF32 is off for "
+    "(cuDNN's convolutions and recurrent layers use TF32 already)"
+)
+
+
 def _imports_only(statement: cst.BaseStatement) -> bool:
     return isinstance(statement, cst.SimpleStatementLine) and all(
         isinstance(small, (cst.Import, cst.ImportFrom)) for small in statement.body
@@ -149,9 +155,9 @@ class Float32MatmulWithoutTf32(Rule):
     faster arithmetic of TF32 buys nothing. A step whose models are all
     `torch.nn` layers with known widths (`nn.Linear(20, 1)`, 10 classes on
     a 24-wide layer) is such a step; so is one whose models make no matrix
-    product but those of convolutions and recurrent layers (cuDNN already
-    runs those in TF32), and the recurrent layers' products are left out of
-    the widths weighed below. So is a
+    product but those of convolutions and recurrent layers, whatever their
+    widths (cuDNN already runs those in TF32), and the recurrent layers'
+    products are left out of the widths weighed below. So is a
     step whose products are all too short to keep the GPU busy: where the
     batch the models are called on is known (a DataLoader's `batch_size`
     and its dataset's items, a tensor made in the step), each product runs
@@ -253,6 +259,17 @@ class Float32MatmulWithoutTf32(Rule):
         ),
     ]
     INVALID = [
+        Invalid(
+            IMPORTS
+            + "import sys\n\nclass Net(nn.Module):\n    def __init__(self, width):\n        super().__init__()\n"
+            + "        self.body = nn.Sequential(nn.Conv2d(3, width, 3), nn.ReLU(), nn.Conv2d(width, 512, 1))\n\n"
+            + "    def forward(self, x):\n        return self.body(x).mean((2, 3))\n\n\n"
+            + SCRIPT_BODY.replace("nn.Linear(512, 512)", "Net(int(sys.argv[1]))").replace(
+                "randn(4, 512), ", "randn(4, 3, 8, 8), "
+            ),
+            None,
+            "convolutions of widths perfmod cannot tell: cuDNN runs them in TF32 already",
+        ),
         Invalid(
             LIGHTNING,
             LIGHTNING.replace("def main():\n", "def main():\n    " + ENABLE_TF32 + "\n"),
@@ -425,6 +442,14 @@ class Float32MatmulWithoutTf32(Rule):
             return  # TF32 changes float32 matrix products only: none here, or all in another dtype
         if training.matmul_precision_chosen:
             return  # the program chooses it (on or off), here or in a module of its own
+        if all(
+            loop.float64 is not None
+            or training.reduced_precision(loop) is not None
+            or training.runs_float32_matmuls(loop) is False
+            for loop in training.loops
+        ):
+            self.report(training.loops[0].loop, f"{self.MESSAGE}; not fixed: {NO_FLOAT32_MATMUL}")
+            return
         narrow = self._narrow_products(training)
         if narrow is not None:
             self.report(training.loops[0].loop, f"{self.MESSAGE}; not fixed: {narrow}")
@@ -454,7 +479,7 @@ class Float32MatmulWithoutTf32(Rule):
                 or not build.modules
                 or build.star is not None  # it may set the precision
                 or not trainers.accelerator(build).on_cuda
-                or not any(training.matrix_products_in(cls) for cls in build.modules)
+                or not any(training.matrix_products_in(cls, only_matmuls=True) for cls in build.modules)
             ):
                 continue
             if training.matmul_precision_chosen:
@@ -479,10 +504,7 @@ class Float32MatmulWithoutTf32(Rule):
             return None
         products = [product for products in found for product in products]
         if not products:
-            return (
-                "the models the training step runs make no float32 matrix product that TF32 is off for "
-                "(cuDNN's convolutions and recurrent layers use TF32 already)"
-            )
+            return NO_FLOAT32_MATMUL
         recurrent = any(sizes.step_work(loop.loop).recurrent for loop in training.loops)
         every = (
             "cuDNN runs the recurrent layers' products in TF32 already, and every other float32 matrix product"
