@@ -9,8 +9,9 @@ A function is pure when its body:
   changes outside `__init__` (anywhere in the file, under any owner: a change
   `obj.vocab[w] = 1` to another object of the class counts too);
 - calls pure builtins, read-only methods of Python's strings and containers,
-  pure functions of this file or of the project's other modules, and pure methods
-  of its own class;
+  torch's functions and tensor methods that draw no random number and write
+  nothing in place (`torch.eye`, `x.sum(dim=1).pow(-0.5)`), pure functions of
+  this file or of the project's other modules, and pure methods of its own class;
 - changes only containers it made itself (`ids = []; ids.append(...)`);
 - has no `global`, `nonlocal`, `yield`, `await`, `try`, `with`, `raise`, `del`,
   nested `def`, `class` or `lambda`.
@@ -147,15 +148,15 @@ class Purity:
         return True
 
     def _allowed_call(self, call: cst.Call, owner: str | None, fresh: set[str]) -> bool:
-        if self.pure_call(call):
-            return True
+        if self.pure_call(call) or self.context.names.of(call.func) & PURE_TORCH_FUNCTIONS:
+            return True  # (torch's functions that draw no random number and write nothing in place)
         method = method_name(call)
         if method is None:
             return False
         receiver = call.func.value
         if isinstance(receiver, cst.Name) and receiver.value == owner:
             return False  # a method of its own class that is not pure (pure ones are taken above)
-        if method in READ_ONLY_METHODS:
+        if method in READ_ONLY_METHODS or method in PURE_TENSOR_METHODS:
             return True
         return method in MUTATING_METHODS and _root_name(receiver) in fresh
 

@@ -139,3 +139,24 @@ def test_a_call_of_an_instance_held_in_an_attribute_calls_its_dunder_call():
     callee = context.kinds.local_callee(call)
     assert callee is not None and callee.name.value == "__call__"
     assert context.purity.pure_call(call)
+
+
+@pytest.mark.parametrize(
+    ("body", "pure"),
+    [
+        # a GCN's normalised adjacency: torch's functions and tensor methods, nothing drawn or written
+        (
+            "a_hat = a + torch.eye(a.shape[0], device=a.device)\n    d = a_hat.sum(dim=1).pow(-0.5)\n"
+            "    return d[:, None] * a_hat * d[None, :]",
+            True,
+        ),
+        ("return a + torch.randn(a.shape)", False),  # draws from the RNG
+        ("a.add_(1)\n    return a", False),  # writes its argument in place
+        ("return a.clamp_(0)", False),
+    ],
+)
+def test_a_function_of_torch_math_is_pure(body, pure):
+    source = f"import torch\n\ndef f(a):\n    {body}\n\ny = f(torch.ones(3, 3))\n"
+    context = FileContext.of_source(source)
+    call = [c for c in context.index.find(cst.Call) if context.source(c.func) == "f"][0]
+    assert context.purity.pure_call(call) is pure
