@@ -72,6 +72,9 @@ class Attention:
     causal: bool = False
     mask: cst.BaseExpression | None = None  # SDPA's attn_mask
     dropout: cst.BaseExpression | None = None  # SDPA's dropout_p
+    # A dropout whose probability may be above 0 in training: SDPA draws its masks from the
+    # RNG otherwise than the hand-written one, so the losses are not those of the original.
+    dropout_draws: bool = False
     score_spec: Spec | None = None  # the einsum of q and k, if the scores are one
     out_spec: Spec | None = None  # the einsum of the weights and v, if the output is one
     v_order: tuple | None = None  # (v's letters, SDPA's order) when v must be permuted
@@ -290,6 +293,7 @@ class Attentions:
             if attention.dropout is not None:
                 raise NotAttention("two dropouts on the weights")
             attention.dropout = self._dropout_p(weights)
+            attention.dropout_draws = self._dropout_draws(weights)
             if self.context.names.is_(weights.func, *FUNCTIONAL_DROPOUTS):
                 attention.origins += [a.value for a in weights.args if a.value is not dropped]
             else:
@@ -492,6 +496,20 @@ class Attentions:
             body=cst.Attribute(module.deep_clone(), cst.Name("p")),  # a node of its own: the tree stays a tree
             orelse=cst.Float("0.0"),
         )
+
+    def _dropout_draws(self, expr: cst.Call) -> bool:
+        """Can the dropout `expr` drop anything: its probability is not a literal 0 (in its call,
+        or in every construction of the `nn.Dropout` it calls), or the call is not told
+        `training=False`?"""
+        if self.context.names.is_(expr.func, *FUNCTIONAL_DROPOUTS):
+            p = positional(expr, 1) or kwarg(expr, "p")
+            training = positional(expr, 2) or kwarg(expr, "training")
+            if training is not None and isinstance(training.value, cst.Name) and training.value.value == "False":
+                return False
+            return p is None or number_value(p.value) != 0
+        built = self._module_values(expr.func) or []
+        probabilities = [positional(call, 0) or kwarg(call, "p") for call in built]
+        return not built or any(p is None or number_value(p.value) != 0 for p in probabilities)
 
     # -- masks ---------------------------------------------------------------------
 

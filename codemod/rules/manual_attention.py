@@ -129,10 +129,11 @@ class ManualAttention(Rule):
 
     ## Fix safety
     Numeric: the fused kernels sum in another order (within 1e-6 of the manual
-    form in float32 on CPU, 1e-12 in float64; tests/rules/test_pm504_*), and
-    two cases change values: dropout draws its masks from the RNG differently
-    (same p, different dropped entries; identical in eval mode), and a row whose
-    keys are all masked gives zeros instead of NaN. A finite fill (`-1e9`,
+    form in float32 on CPU, 1e-12 in float64), and a row whose keys are all
+    masked gives zeros instead of NaN. Unsafe where the weights go through a
+    dropout whose probability is not a literal 0: SDPA draws its masks from the
+    RNG differently (the same p, other dropped entries), so training losses
+    differ from the original's; in eval mode the results are the same. A finite fill (`-1e9`,
     `torch.finfo(dtype).min`) gives exactly the -inf result whenever a row keeps
     a key, as exp(fill - max) underflows to 0: it is rewritten only with a
     causal mask, which keeps the diagonal in every row; with another mask a
@@ -206,7 +207,18 @@ def attend(q, k, v):
         ),
     ]
     INVALID = [
-        Invalid(*_pair(CAUSAL.format(body=MANUAL), CAUSAL.format(body=REWRITTEN))),
+        Invalid(
+            *_pair(CAUSAL.format(body=MANUAL), CAUSAL.format(body=REWRITTEN)),
+            "a dropout module of unknown p: SDPA draws other masks, so the fix is unsafe",
+            config={"level": Level.UNSAFE},
+        ),
+        Invalid(
+            *_pair(
+                CAUSAL.format(body=MANUAL).replace("nn.Dropout(dropout)", "nn.Dropout(0.0)"),
+                CAUSAL.format(body=REWRITTEN).replace("nn.Dropout(dropout)", "nn.Dropout(0.0)"),
+            ),
+            "a dropout that drops nothing: the same values (numeric)",
+        ),
         Invalid(
             *_pair(
                 """
@@ -377,6 +389,11 @@ def attend(q, k, v, mask):
             message = self.MESSAGE
             if attention.scale_unproven:
                 message = "hand-written attention; its scale " + attention.scale_unproven
+            if attention.dropout_draws:
+                message += (
+                    "; unsafe: SDPA's dropout drops other entries than the hand-written one (the same p, "
+                    "another draw from the RNG), so training losses differ; eval-mode results are the same"
+                )
             edits = [Remove(statements[j]) for j in sorted(set(attention.consumed))]
             edits.append(Replace(chain.product, lambda updated, a=attention: self._sdpa_call(a, updated)))
             self.report(
@@ -384,7 +401,7 @@ def attend(q, k, v, mask):
                 message,
                 edits=edits,
                 imports=self._imports(),
-                level=Level.UNSAFE if attention.scale_unproven else None,
+                level=Level.UNSAFE if attention.scale_unproven or attention.dropout_draws else None,
                 at=chain.at,
             )
 

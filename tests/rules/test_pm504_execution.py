@@ -5,9 +5,10 @@ the same seed and run forward and backward on the same tokens, in float64 and fl
 The two forms differ only in the order of floating-point sums: measured max difference
 over outputs and gradients, relative to the largest value, 7e-16 in float64 and 4e-7
 in float32 (torch 2.13 CPU); dropping is_causal from the rewrite makes it 1.2. Dropout
-differs by design (SDPA draws its own masks), so outputs are compared in eval mode
-and in train mode with every Dropout's p set to 0; a separate test checks that
-SDPA receives the Dropout module's p in training and 0.0 in eval.
+differs by design (SDPA draws its own masks: the fix is unsafe where a dropout may drop,
+as in the two fixtures named `.unsafe`), so outputs are compared in eval mode and in
+train mode with every Dropout's p set to 0; a separate test checks that SDPA receives
+the Dropout module's p in training and 0.0 in eval.
 """
 
 from pathlib import Path
@@ -16,6 +17,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from codemod.rule import Level
 from codemod.rules.manual_attention import ManualAttention
 from tests.rules.scripts import one_thread, rewrite
 
@@ -54,8 +56,10 @@ def outputs_and_grads(namespace: dict, case: str, dtype, train: bool) -> list[to
 def namespaces():
     found = {}
     for case in REWRITTEN:
-        source = (FIXTURES / f"{case}.in.py").read_text()
-        new_source = rewrite(source, [ManualAttention])
+        (path,) = FIXTURES.glob(f"{case}.*in.py")
+        source = path.read_text()
+        level = Level.UNSAFE if ".unsafe." in path.name else Level.NUMERIC  # (a dropout that may drop)
+        new_source = rewrite(source, [ManualAttention], level=level)
         assert "scaled_dot_product_attention" in new_source and "softmax" not in new_source
         found[case] = load(source), load(new_source)
     return found
