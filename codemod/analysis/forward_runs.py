@@ -305,6 +305,12 @@ class ForwardRuns:
             if name in AUTOCAST_FLOAT16:
                 return f"{where} builds {built}, a cuDNN RNN" if built is not None else f"{where} is a cuDNN RNN"
             return f"{where} builds {built}: the class is picked at run time and may be a cuDNN RNN"
+        # What the forward runs, followed as its matrix products are: into the models' classes,
+        # through the parameters of helpers (`seq2seq_loss(model, ...)` running `model.encoder`).
+        calls = [c for s in loop.forward.statements for c in self.context.loops.own_calls(s)]
+        built = training.first_run(calls, AUTOCAST_FLOAT16, frozenset())
+        if built is not None:
+            return f"`{training.code(built.func)}` (line {self.context.line(built)}), which the forward pass runs, is a cuDNN RNN"
         return None
 
     def callees(self, loop: TrainingLoop):

@@ -439,6 +439,18 @@ class ForwardWithoutAutocast(Rule):
         Invalid(
             HEAD.replace(
                 "model = nn.Linear(512, 512).to(device)",
+                RNN_MODEL.replace("self.rnn(x.unsqueeze(1))[0][:, -1]", "x")
+                + "\nmodel.encoder = nn.GRU(8, 8, batch_first=True).to(device)"
+                + "\ndef step_loss(net, x, y):\n    h = net.encoder(x[:, :8].unsqueeze(1))[0][:, -1]"
+                + "\n    return F.cross_entropy(net(x) + h.sum(), y)",
+            )
+            + LOOP.replace("logits = model(x)\n    loss = F.cross_entropy(logits, y)", "loss = step_loss(model, x, y)"),
+            None,
+            "a helper given the model runs its cuDNN RNN: followed through the parameter, not fixed with bf16",
+        ),
+        Invalid(
+            HEAD.replace(
+                "model = nn.Linear(512, 512).to(device)",
                 RNN_MODEL.replace("(self):", "(self, cell='GRU'):").replace("nn.GRU(", "getattr(nn, cell)("),
             )
             + LOOP,
