@@ -773,7 +773,7 @@ class StepBatches:
         for body, call in places:
             for draw in own_nodes(self.index, cst.Call, body):
                 size = self.first_dimension(draw)
-                if size is not None:
+                if size is not None and not self._repeated_in(draw, body):
                     found.append((body, call, draw, size))
         if not found:
             return None
@@ -805,6 +805,17 @@ class StepBatches:
             )
         statement = self.index.statement_of(call if call is not None else draw)
         return RandomBatches(body, call, tuple(size for _, _, _, size in found), statement)
+
+    def _repeated_in(self, node: cst.CSTNode, body: cst.CSTNode) -> bool:
+        """Does `node` run several times per run of `body`: in a loop or comprehension inside it
+        (a draw per sample, `for i in range(len(x)): dy, dx = torch.randint(0, 9, (2,))`, is
+        no batch)?"""
+        repeating = (cst.For, cst.While, cst.ListComp, cst.SetComp, cst.DictComp, cst.GeneratorExp)
+        return any(
+            isinstance(ancestor, repeating) and self.index.inside(ancestor, body)
+            for ancestor in self.index.ancestors(node)
+            if ancestor is not body
+        )
 
     def first_dimension(self, draw: cst.Call) -> cst.BaseExpression | None:
         """The first size of a torch random draw: `n` of `torch.randn(n, d)`,

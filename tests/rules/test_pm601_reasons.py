@@ -621,3 +621,23 @@ def test_batch_norm_of_a_frozen_encoder_in_eval_mode_is_no_obstacle():
         ("encoder.eval()\n", "encoder.eval()\nnets = [encoder]\n"),
     ):
         assert "`nn.BatchNorm2d` holds BatchNorm" in reason(FROZEN_ENCODER.replace(*trained)), trained
+
+
+def test_a_draw_per_sample_in_an_augmentation_helper_is_no_batch_draw():
+    # blind13's distillation: `torch.randint(0, 9, (2,))` in a loop over the images of a batch
+    # draws two crop offsets per image; split "over the ranks" it would unpack one value into two
+    source = (
+        "import torch\nimport torch.nn.functional as F\n\n"
+        "def augment(x):\n    out = torch.empty_like(x)\n    padded = F.pad(x, (4, 4, 4, 4))\n"
+        "    for i in range(x.shape[0]):\n        dy, dx = torch.randint(0, 9, (2,)).tolist()\n"
+        "        out[i] = padded[i, :, dy:dy + 8, dx:dx + 8]\n    return out\n\n"
+        "def main():\n    data, labels = torch.randn(64, 3, 8, 8), torch.randint(0, 4, (64,))\n"
+        "    model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(192, 4)).cuda()\n"
+        "    opt = torch.optim.SGD(model.parameters(), lr=0.1)\n"
+        "    for step in range(10):\n        x = augment(data[:16]).cuda()\n"
+        "        loss = F.cross_entropy(model(x), labels[:16].cuda())\n"
+        "        opt.zero_grad()\n        loss.backward()\n        opt.step()\n\n"
+        "if __name__ == '__main__':\n    main()\n"
+    )
+    found, result = finding(source)
+    assert "local_batch_size(2)" not in (result.new_source or b"").decode()
