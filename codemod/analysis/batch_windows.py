@@ -698,6 +698,12 @@ class BatchWindows:
             if kinds.is_mutated_in_place(use.value):
                 return f"`{name}` is written in place, and its batches would no longer be views of it"
         if plan.permutation is not None and not self._drawn_per_epoch(plan):
+            epoch = self._epoch_function(plan)
+            if epoch is not None:
+                return (
+                    f"the permutation is drawn on each call of `{epoch.name.value}`, which its callers make once "
+                    "an epoch: the DataLoader that replaces it belongs where those calls are, outside the function"
+                )
             return (
                 "the permutation is drawn once and reused in every epoch, and a DataLoader with shuffle=True "
                 "would draw a new one each epoch"
@@ -723,6 +729,13 @@ class BatchWindows:
             if isinstance(current, (cst.For, cst.While)) and self.context.inside(binding, current):
                 return True
         return False
+
+    def _epoch_function(self, plan: WindowPlan) -> cst.FunctionDef | None:
+        """The function around the step loop (`train_one_epoch`) when every caller calls it in
+        a loop: its permutation is drawn anew for each pass over the data, by each call."""
+        function = self.context.index.first_enclosing(plan.loop, cst.FunctionDef)
+        calls = self.context.loops.call_sites(function) if function is not None else []
+        return function if calls and all(self.context.index.enclosing_loops(call) for call in calls) else None
 
     def _a_use(self, plan: WindowPlan, name: str) -> cst.Subscript:
         for node in self.context.index.find(cst.Subscript, within=plan.loop.body):

@@ -412,6 +412,15 @@ class PerStepHostSync(Rule):
             None,
             "the dict is handed to a function",
         ),
+        Invalid(
+            PREAMBLE
+            + "def performance(out, y):\n    loss = F.mse_loss(out, y)\n    return loss, (out.sign() == y.sign()).sum().item()\n"
+            + "total, hits = 0.0, 0\nfor x, y in loader:\n    loss, n = performance(model(x), y)\n"
+            + "    loss.backward()\n    optimizer.step()\n    optimizer.zero_grad()\n"
+            + "    hits += n\n    total += loss.item()\n",
+            None,
+            "a helper the step calls still reads a count every step: reading the loss later gains nothing",
+        ),
     ]
 
     def visit_Module(self, node: cst.Module) -> None:
@@ -421,7 +430,7 @@ class PerStepHostSync(Rule):
             return  # every tensor stays on the host: reading one waits for no device
         reads = host_reads(self.context)
         for loop in self.context.loops.step_loops:
-            self._check_loop(reads.loop(loop, self._kept), loop)
+            self._check_loop(reads.loop(loop, self._kept), loop, reads)
         self._check_helpers(reads)
 
     def _kept(self, statement: cst.CSTNode | None) -> bool:
@@ -447,7 +456,7 @@ class PerStepHostSync(Rule):
                     f"{self.context.line(call)}); not rewritten: {why}",
                 )
 
-    def _check_loop(self, scan: StepReads, loop: cst.CSTNode) -> None:
+    def _check_loop(self, scan: StepReads, loop: cst.CSTNode, reads: HostReads) -> None:
         fixes: list[Deferral] = []
         kept = [sync for sync in scan.reads() if id(sync) in scan.suppressed]
         for sync in scan.reads():
@@ -463,6 +472,8 @@ class PerStepHostSync(Rule):
             self._kept_returned[id(call)] = scan.returned_kept(call) or IN_ANOTHER_FUNCTION
         # A read of another function that a fix here rewrites is not reported there again.
         self._fixed_in_functions.update(id(fix.read) for fix in fixes)
+        # (a read in a function the step calls, that no fix rewrites, stays as well)
+        kept += [read for read, _ in reads.in_functions(loop, self._kept) if id(read) not in self._fixed_in_functions]
         waits = scan.waits_every_step(kept)
         if waits is not None:
             why = ANYWAY.format(read=self._code(waits), line=self.context.line(waits))

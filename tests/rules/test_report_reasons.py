@@ -423,3 +423,21 @@ def test_settings_chosen_between_two_dicts_are_seen_and_the_prefetched_loop_trai
     after = losses((PM103_FIXTURES / "conditional_kwargs.out.py").read_text())
     assert len(before) == 2 * 6
     assert torch.equal(after, before)
+
+
+def test_a_permutation_drawn_by_an_epoch_function_is_said_so():
+    """`train_one_epoch` draws its own permutation, and main calls it once an epoch: the
+    permutation is new each epoch (not "drawn once"), and the DataLoader would belong to the
+    caller, so the loop is reported with that reason."""
+    source = (
+        "import torch\nimport torch.nn.functional as F\n\n"
+        "def train_one_epoch(model, opt, X, Y, bs):\n    perm = torch.randperm(X.shape[0])\n"
+        "    for start in range(0, X.shape[0] - bs + 1, bs):\n        idx = perm[start:start + bs]\n"
+        "        loss = F.mse_loss(model(X[idx]), Y[idx])\n        opt.zero_grad()\n        loss.backward()\n"
+        "        opt.step()\n\n"
+        "def main():\n    X, Y = torch.randn(64, 4), torch.randn(64, 1)\n    model = torch.nn.Linear(4, 1)\n"
+        "    opt = torch.optim.SGD(model.parameters(), lr=0.1)\n    for epoch in range(3):\n"
+        "        train_one_epoch(model, opt, X, Y, 16)\n\nmain()\n"
+    )
+    (message,) = messages(source, "PM202")
+    assert "drawn on each call of `train_one_epoch`, which its callers make once an epoch" in message
