@@ -111,9 +111,7 @@ def main(device, steps, warmup, batch_size, seq_len, vocab, width, layers, heads
         running = 0.0
         logits = model(inputs)
         loss = (
-            F.cross_entropy(
-                logits.view(-1, vocab), targets.reshape(-1), reduction="none"
-            )
+            F.cross_entropy(logits.view(-1, vocab), targets.reshape(-1), reduction="none")
             .view(inputs.size(0), -1)
             .sum(1)
             / (targets.reshape(-1) != -100).view(inputs.size(0), -1).sum(1)
@@ -169,9 +167,7 @@ def main(device, steps, warmup, batch_size, seq_len, vocab, width, layers, heads
         loss = 0.0
         loss += (
             F.cross_entropy(
-                logits[:, :seq_len].flatten(0, 1),
-                targets[:, :seq_len].flatten(0, 1),
-                reduction="none",
+                logits[:, :seq_len].flatten(0, 1), targets[:, :seq_len].flatten(0, 1), reduction="none"
             )
             .view_as(targets[:, :seq_len])
             .sum(0)
