@@ -148,6 +148,12 @@ class _Carrier:
     uses: list
 
 
+# Calls that only write a value out (a log line, a progress bar's text): a read made for
+# them can wait for log time.
+LOG_METHODS = frozenset({"log", "info", "debug", "set_postfix", "set_description", "write", "print0"})
+LOG_FUNCTIONS = frozenset({"print", "wandb.log"})
+
+
 class Kept(Exception):
     """Why a read stays where it is: the true reason, for the finding."""
 
@@ -166,6 +172,30 @@ class HostReads:
         """The reads of `loop`. `kept(statement)`: does the user keep the reads of this
         statement where they are (a suppression comment)? The sums they add to stay too."""
         return StepReads(self.file, loop, self.file.context.loops.own_calls(loop.body), kept)
+
+    def needed_where_read(self, read: cst.Call) -> str | None:
+        """Why a read in a function the step calls cannot wait for log time, from how that
+        function uses it: its value decides the function's control flow, or is handed to
+        a call that is not logging (`env.step(action.item())`: host code that runs on it
+        now). None when neither shows."""
+        analysis = self.file
+        parent = analysis.parents.get(read)
+        line = analysis.line(read)
+        for ancestor in analysis.ancestors(read):
+            if isinstance(ancestor, (cst.FunctionDef, cst.Lambda)):
+                return None
+            if isinstance(ancestor, (cst.If, cst.While)) and analysis.inside(read, ancestor.test):
+                return f"its value decides control flow there (line {line})"
+            if (
+                isinstance(parent, cst.Arg)
+                and ancestor is analysis.parents.get(parent)
+                and isinstance(ancestor, cst.Call)
+            ):
+                callee = analysis.code(ancestor.func)
+                if method_name(ancestor) in LOG_METHODS or callee in LOG_FUNCTIONS:
+                    return None
+                return f"its value is handed to `{callee}` (line {line}), host code that needs it on every call"
+        return None
 
     def in_functions(
         self, loop: cst.CSTNode, kept: Callable[[cst.CSTNode | None], bool] = _keeps_nothing
@@ -605,15 +635,7 @@ class StepReads:
                 callee = self.a.code(ancestor.func)
                 if method in ("append", "extend", "add", "put"):
                     return f"{subject} is stored every step (`{callee}`, line {line})"
-                if method in (
-                    "log",
-                    "info",
-                    "debug",
-                    "set_postfix",
-                    "set_description",
-                    "write",
-                    "print0",
-                ) or callee in ("print", "wandb.log"):
+                if method in LOG_METHODS or callee in LOG_FUNCTIONS:
                     return f"{subject} is logged every step (`{callee}`, line {line}); log it under `if step % N == 0:`"
         return f"{subject} is used every step (line {line})"
 

@@ -448,7 +448,7 @@ class PerStepHostSync(Rule):
                 if read in seen or id(read) in self._fixed_in_functions:
                     continue
                 seen.add(read)
-                why = self._kept_returned.get(id(call), IN_ANOTHER_FUNCTION)
+                why = self._kept_returned.get(id(call)) or reads.needed_where_read(read) or IN_ANOTHER_FUNCTION
                 self.report(
                     read,
                     f"`{self._code(read)}` waits for the GPU every step: `{self._code(call.func)}` "

@@ -441,3 +441,21 @@ def test_a_permutation_drawn_by_an_epoch_function_is_said_so():
     )
     (message,) = messages(source, "PM202")
     assert "drawn on each call of `train_one_epoch`, which its callers make once an epoch" in message
+
+
+def test_a_read_a_helper_hands_to_host_code_is_said_to_be_needed_there():
+    """REINFORCE: `run_episode` reads `action.item()` to step a Python environment, every
+    step: the report says why it stays, not to call the function at log time."""
+    source = (
+        "import torch\n\nclass Env:\n    def step(self, action):\n        return [0.0] * 4, 1.0, action == 1\n\n"
+        "def run_episode(env, policy, device):\n    obs, done, logps = [0.0] * 4, False, []\n"
+        "    while not done:\n        dist = torch.distributions.Categorical(logits=policy(torch.tensor(obs, device=device)))\n"
+        "        action = dist.sample()\n        logps.append(dist.log_prob(action))\n"
+        "        obs, reward, done = env.step(action.item())\n    return logps\n\n"
+        "device = torch.device('cuda')\npolicy = torch.nn.Linear(4, 2).to(device)\n"
+        "opt = torch.optim.Adam(policy.parameters())\n"
+        "for episode in range(3):\n    loss = -torch.stack(run_episode(Env(), policy, device)).sum()\n"
+        "    opt.zero_grad()\n    loss.backward()\n    opt.step()\n"
+    )
+    (message,) = messages(source, "PM404")
+    assert "its value is handed to `env.step`" in message and "log time" not in message
