@@ -2454,9 +2454,11 @@ class _MatrixProducts:
             function = training.context.bindings.local_function(func)
             if function is not None:
                 return self.in_code(function)  # `fn = dice if binary else multiclass_dice`, then `fn(x, y)`
-            owner = _receiver_class(training.context.bindings.param_of(func), training.parents)
-            if owner is not None:
-                return self.in_class(owner)  # `self(x)`, `super(Net, self)`: its class (once)
+            bound = training.context.bindings.param_of(func)
+            if bound is not None and bound[0].params.params and bound[0].params.params[0] is bound[1]:
+                owner = training.kinds.class_of(bound[0])  # a method's `self` (`self(x)`, `super(Net, self)`)
+                if owner is not None:
+                    return self.in_class(owner)  # its class (once)
             sources = training.kinds.value_sources(func)
             if not sources or any(s is None for s in sources):
                 return None  # a parameter passed from elsewhere, an unpacked value
@@ -2538,16 +2540,6 @@ def _first_true(verdicts) -> bool | None:
             return True
         unknown = unknown or verdict is None
     return None if unknown else False
-
-
-def _receiver_class(bound: tuple[cst.FunctionDef, cst.Param] | None, parents) -> cst.ClassDef | None:
-    """The class whose method's first parameter `bound` (a function and its parameter) is."""
-    if bound is None:
-        return None
-    function, param = bound
-    params = function.params.params
-    owner = parents.get(parents.get(function))
-    return owner if params and params[0] is param and isinstance(owner, cst.ClassDef) else None
 
 
 def _is_self_field(expr: cst.Attribute) -> bool:
