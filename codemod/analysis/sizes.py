@@ -1742,7 +1742,7 @@ class Sizes:
         """`*block(128, 256)`: the layers a function of this file returns in a list, the list
         it builds (`layers = [nn.Linear(i, o)]`) and everything `append` may add to it, sized
         with the function's parameters holding what `call` passes."""
-        function = self.context.bindings.local_function(call.func)
+        function = self.kinds.local_callee(call)
         returned = self.kinds.returned(function) if function is not None else []
         if len(returned) != 1 or not isinstance(returned[0], (cst.Name, cst.List)):
             return None
@@ -1977,7 +1977,7 @@ class Sizes:
         if isinstance(expr, cst.BinaryOperation):
             return self._scalar(expr.left, depth + 1) and self._scalar(expr.right, depth + 1)
         if isinstance(expr, cst.Attribute) and self.kinds.instance_class(expr.value) is not None:
-            return self._scalar_field(expr, depth)
+            return self._scalar_field(expr, depth) or self.integer(expr) is not None
         if not isinstance(expr, cst.Name):
             return self.integer(expr) is not None
         bindings = self.context.bindings
