@@ -260,8 +260,8 @@ def test_the_line_length_is_the_projects(tmp_path):
 
 def test_a_file_without_a_formatter_keeps_its_own_width():
     """No formatter configured: black's 88 for a file whose code keeps to it, but a file
-    whose own code runs to 103 columns is not rewrapped below that."""
-    call = "opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.1)\n"  # 86 wide with fused=True
+    whose own code runs to 93 columns is not rewrapped below that (the fixed line is 92)."""
+    call = "opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.1)\n"
     narrow = "import torch\nmodel = torch.nn.Linear(8, 1).cuda()\n" + call.replace("0.1)", "0.1, eps=1e-8)")
     wide = narrow + "total = model.weight.sum() + model.bias.sum() + model.weight.mean() + model.bias.mean() + 0.0\n"
     for source, wrapped in ((narrow, True), (wide, False)):
