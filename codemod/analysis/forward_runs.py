@@ -307,8 +307,7 @@ class ForwardRuns:
             return f"{where} builds {built}: the class is picked at run time and may be a cuDNN RNN"
         # What the forward runs, followed as its matrix products are: into the models' classes,
         # through the parameters of helpers (`seq2seq_loss(model, ...)` running `model.encoder`).
-        calls = [c for s in loop.forward.statements for c in self.context.loops.own_calls(s)]
-        built = training.first_run(calls, AUTOCAST_FLOAT16, frozenset())
+        built = training.first_run(self._forward_calls(loop), AUTOCAST_FLOAT16, frozenset())
         if built is not None:
             return f"`{training.code(built.func)}` (line {self.context.line(built)}), which the forward pass runs, is a cuDNN RNN"
         return None
@@ -322,7 +321,7 @@ class ForwardRuns:
         names = self.context.names
         steps = self.context.loops
         project = project_of(self.context)
-        calls = [c for s in loop.forward.statements for c in steps.own_calls(s)]
+        calls = self._forward_calls(loop)
         calls += [c for f in self.functions(loop.forward.statements) for c in steps.own_calls(f.body)]
         for call in calls:
             for name in names.may_name(call.func):
@@ -339,6 +338,10 @@ class ForwardRuns:
                 for module in project.modules_built(built.func) or ():
                     text = f"`{module.site.text}`" if module.site.text else f"a module in `{module.site.function}`"
                     yield call, module.name, f"{text} ({project.shown_site(module.site)})"
+
+    def _forward_calls(self, loop: TrainingLoop) -> list[cst.Call]:
+        """The calls the forward pass's own statements make."""
+        return [c for s in loop.forward.statements for c in self.context.loops.own_calls(s)]
 
     def functions(self, statements) -> list[cst.FunctionDef]:
         """Functions of this file the statements run: helpers they call, and the
