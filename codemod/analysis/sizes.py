@@ -54,11 +54,13 @@ from codemod.analysis.torch_facts import (
     FILLED_FACTORIES,
     HOST_NUMBER_MODULES,
     HOST_ONLY_MODULES,
+    HOST_READ_BUILTINS,
     ID_LIST_METHODS,
     IMAGE_DATASETS,
     INTEGER_FACTORIES,
     JOINING_FUNCTIONS,
     LIKE_FACTORIES,
+    LOGGING_CALLS,
     MATH_CONSTANTS,
     MATRIX_PRODUCT_METHODS,
     MATRIX_PRODUCTS,
@@ -91,7 +93,7 @@ from codemod.analysis.torch_facts import (
     UNLISTED_PRODUCTS,
 )
 from codemod.analysis.torch_ops import DTYPE_OF, METHOD, OPS
-from codemod.analysis.values import FLOAT, Kind
+from codemod.analysis.values import FLOAT, Kind, Place
 from codemod.analysis.values import values as values_of
 
 if TYPE_CHECKING:
@@ -110,11 +112,16 @@ HARDWARE = {
     # product that does fewer flops per byte than their ratio waits for memory, not arithmetic.
     "fp32_flops_per_s": 19.5e12,
     "memory_bytes_per_s": 1.555e12,
+    # Its bf16 tensor cores (dense): the fastest any matrix product of a step may run.
+    "bf16_flops_per_s": 312e12,
 }
 # A copy that overlaps nothing longer than ten kernel launches saves at most the launches it
 # overlapped: 10 x 5 us = 50 us, which at 25 GB/s is a copy of 1.25 MB.
 MIN_COPY_S = 10 * HARDWARE["kernel_launch_s"]
 MIN_COPY_BYTES = int(MIN_COPY_S * HARDWARE["h2d_bytes_per_s"])
+# A step whose device work takes more than 100 times what a blocking copy of its batch costs
+# (`blocking_copy_seconds`) loses under 1% to that copy: overlapping it buys nothing measurable.
+DWARFING_FACTOR = 100
 # A save that blocks training for less than 20 ms, made at most once every few steps (or per
 # epoch), costs less than a single slow step: 20 ms at 1 GB/s is a checkpoint of 20 MB.
 MIN_SAVE_S = 0.02
@@ -153,14 +160,20 @@ Item = tuple[tuple[tuple[int, ...] | None, Tensor], ...]
 class ModuleSize(NamedTuple):
     parameters: int  # elements of its parameters
     state: int  # elements of its state_dict: parameters and buffers (running statistics)
-    # (k, n) of each float32 matrix product its layers make; None when it makes some of
-    # unknown width (a `@`, `torch.matmul`, a layer perfmod does not size).
-    products: tuple[tuple[int, int], ...] | None
+    # (k, n) of each float32 matrix product its sized layers make: all it makes unless `unknown`,
+    # and a lower bound of its arithmetic either way
+    known: tuple[tuple[int, int], ...]
     convolves: bool = False  # it holds convolution layers (whose products `products` leaves out)
-    # those of `products` that cuDNN's recurrent layers make (`nn.LSTM`, `nn.GRU`, `nn.RNN`):
+    # those of `known` that cuDNN's recurrent layers make (`nn.LSTM`, `nn.GRU`, `nn.RNN`):
     # cuDNN runs them in TF32 by default (`torch.backends.cudnn.rnn.fp32_precision`), whatever
     # the float32 matmul precision says
     recurrent: tuple[tuple[int, int], ...] = ()
+    unknown: bool = False  # it also makes products of unknown width (a `@`, `torch.matmul`)
+
+    @property
+    def products(self) -> tuple[tuple[int, int], ...] | None:
+        """(k, n) of every float32 matrix product it makes; None when some are of unknown width."""
+        return None if self.unknown else self.known
 
     @property
     def state_bytes(self) -> int:
@@ -178,13 +191,13 @@ class ModuleSize(NamedTuple):
         return tuple(left)
 
     def plus(self, other: ModuleSize, times: int = 1) -> ModuleSize:
-        products = None if self.products is None or other.products is None else self.products + other.products
         return ModuleSize(
             self.parameters + times * other.parameters,
             self.state + times * other.state,
-            products,
+            self.known + other.known * times,
             self.convolves or other.convolves,
-            self.recurrent + other.recurrent if products is not None else (),
+            self.recurrent + other.recurrent * times,
+            self.unknown or other.unknown,
         )
 
 
@@ -246,6 +259,13 @@ def launch_bound(products: tuple[tuple[int, int], ...], rows: int | None) -> str
         f"than the {HARDWARE['kernel_launch_s'] * 1e6:.0f} us the host takes to launch a kernel: the device waits "
         "for the host, not for arithmetic"
     )
+
+
+def blocking_copy_seconds(size: int) -> float:
+    """The most a blocking copy of `size` bytes costs a step over one that overlaps: the
+    copy itself from pageable memory (staged, at about half the pinned rate), and the device
+    idle while the host, which waited for it, launches the kernels that follow (ten launches)."""
+    return 2 * copy_seconds(size) + MIN_COPY_S
 
 
 def shown(size: int) -> str:
@@ -326,7 +346,7 @@ class Sizes:
         if isinstance(expr, cst.Name):
             if expr.value in ("True", "False", "None"):
                 return [expr]
-            if self.context.bindings.param_of(expr) is not None:
+            if self.kinds.parameter_read(expr) is not None:
                 passed = self._passed_values(expr)
                 found = [(value, ()) for value in passed] if passed else []
             else:
@@ -689,15 +709,18 @@ class Sizes:
         return found.pop() if len(found) == 1 else None
 
     def _tensor_held(self, expr: cst.Name | cst.Attribute, depth: int) -> Tensor | None:
-        """`_tensor` of a name or attribute: a transpose (`x.T`), a batch a loader feeds, or
-        what the bindings that reach it hold."""
+        """`_tensor` of a name or attribute: a transpose (`x.T`), a batch a loader feeds, what
+        the bindings that reach it hold, or for a parameter, what every call passes it."""
         if isinstance(expr, cst.Attribute) and expr.attr.value in ("T", "mT"):
             inner = self._tensor(expr.value, depth + 1)
             return _transposed(inner, -2, -1) if inner is not None and len(inner[0]) >= 2 else None
         fed = self._fed(expr, (), depth) if isinstance(expr, cst.Name) else None
         if fed is not None:
             return fed
-        values = self.values(expr, depth + 1)
+        if isinstance(expr, cst.Name) and self.kinds.parameter_read(expr) is not None:
+            values = self._passed_values(expr)  # each call's argument: a batch its loop feeds
+        else:
+            values = self.values(expr, depth + 1)
         if not values or any(value is expr for value in values):
             return None
         # Several bindings reach it (`if cuda: X = X.pin_memory()`): known where all agree.
@@ -1536,45 +1559,58 @@ class Sizes:
         batches = [self.loader_batch_bytes(source) for source in self.loaders.sources(loader, (), 0)]
         return max(batches) if batches and None not in batches else None
 
-    def sync_every_step(self, loop: cst.CSTNode) -> cst.Call | None:
-        """A read of a device value to the host (`loss.item()`, `.tolist()`, `.cpu()`) that
-        `loop` makes on every pass, in its own body (under no `if`, nested loop or `try`):
-        the host waits there for all the step queued. None when there is none."""
+    def sync_every_step(self, loop: cst.CSTNode) -> cst.CSTNode | None:
+        """A read of a device value to the host (`loss.item()`, `.tolist()`, `.cpu()`,
+        `float(loss)`, a tensor formatted or printed: `f"{loss:.2f}"`, `print(loss)`) that
+        `loop` makes on every pass, in its own body (under no `if`, nested loop or `try`) or,
+        for the calls, in a function of the file it runs every step: the host waits there for
+        all the step queued. None when there is none."""
         key = id(loop)
         if key not in self._syncs:
             self._syncs[key] = self._find_sync(loop)
         return self._syncs[key]
 
-    def _find_sync(self, loop: cst.CSTNode) -> cst.Call | None:
+    def _find_sync(self, loop: cst.CSTNode) -> cst.CSTNode | None:
         if not isinstance(loop, (cst.For, cst.While)):
             return None  # a comprehension over batches
         for call in self.context.loops.reached_calls(loop.body):
-            if method_name(call) not in SYNC_METHODS or self.kinds.fact(call.func.value).kind not in (
-                Kind.TENSOR,
-                Kind.UNKNOWN,
-            ):
+            if not self._reads_to_host(call):
                 continue
             inside = self.index.inside(call, loop)
             if (inside and self._every_pass(call, loop)) or (not inside and self.every_step(call, loop)):
                 return call
+        for part in self.index.find(cst.FormattedStringExpression, within=loop.body):
+            if self._device_tensor(part.expression) and self._every_pass(part, loop):
+                return part  # formatting a tensor reads it (`Tensor.__format__`)
         return None
+
+    def _reads_to_host(self, call: cst.Call) -> bool:
+        """Does `call` read a device value to the host: a sync method of a tensor (or of what
+        may be one), `float`/`int` of a tensor, or `print` given a tensor?"""
+        if method_name(call) in SYNC_METHODS:
+            return self.kinds.fact(call.func.value).kind in (Kind.TENSOR, Kind.UNKNOWN)
+        if self.names.of(call.func) & {*HOST_READ_BUILTINS, *LOGGING_CALLS}:
+            return any(self._device_tensor(arg.value) for arg in call.args if not arg.keyword)
+        return False
+
+    def _device_tensor(self, expr: cst.BaseExpression) -> bool:
+        fact = self.kinds.fact(expr)
+        return fact.kind is Kind.TENSOR and fact.place is not Place.HOST
 
     def overlap_buys_nothing(self, loader: cst.Call, copies) -> str | None:
         """Why letting the `copies` of `loader`'s batches overlap (pinned memory) buys nothing,
-        as a reason states it: its batches are known to be small and every loop that copies them
-        reads a value to the host every step; or, whatever their size, every copy runs only
-        every few steps with the host waiting right after it (`rarely_waited`). None otherwise."""
+        as a reason states it: its batches are known and every loop that copies them waits for
+        the device anyway or computes far longer than a copy takes (`copy_costs_nothing`); or,
+        whatever their size, every copy runs only every few steps with the host waiting right
+        after it (`rarely_waited`). None otherwise."""
         if not copies:
             return None
         size = self.loader_batch_bytes(loader)
-        if size is not None and size < MIN_COPY_BYTES:
-            fed = [self.feeding_batch_bytes(copy) for copy in copies]
-            syncs = [self.sync_every_step(loop) for f in fed for loop in (f[1] if f is not None else (None,))]
-            if all(syncs):
-                return (
-                    f"{small_copy(size)}, and the loop reads `{self.context.source(syncs[0])}` every step (line "
-                    f"{self.context.line(syncs[0])}), so it waits for the device there whatever the copy does"
-                )
+        fed = [self.feeding_batch_bytes(copy) for copy in copies]
+        if size is not None and None not in fed:
+            why = self.copy_costs_nothing(size, tuple(loop for each in fed for loop in each[1]))
+            if why is not None:
+                return why
         found = [self.rarely_waited(copy) for copy in copies]
         if not all(found):
             return None
@@ -1586,7 +1622,50 @@ class Sizes:
             "let the copy overlap at most the launches of one batch, every few steps"
         )
 
-    def rarely_waited(self, node: cst.CSTNode) -> tuple[cst.If, cst.Call] | None:
+    def copy_costs_nothing(self, size: int, loops: tuple[cst.CSTNode, ...]) -> str | None:
+        """Why a blocking copy of a `size`-byte batch costs each of `loops` nothing measurable,
+        as a reason states it: the batch is small and every loop reads a value to the host
+        every step (`sync_every_step`), so it waits for the device there whatever the copy
+        does; or every loop's known matrix products over its batch take more than
+        `DWARFING_FACTOR` times what the copy can cost it (`copy_dwarfed`). None otherwise."""
+        if size < MIN_COPY_BYTES:
+            syncs = [self.sync_every_step(loop) for loop in loops]
+            if all(syncs):
+                return (
+                    f"{small_copy(size)}, and the loop reads `{self.context.source(syncs[0])}` every step (line "
+                    f"{self.context.line(syncs[0])}), so it waits for the device there whatever the copy does"
+                )
+        dwarfed = [self.copy_dwarfed(size, loop) for loop in loops]
+        return dwarfed[0] if dwarfed and all(dwarfed) else None
+
+    def copy_dwarfed(self, size: int, loop: cst.CSTNode) -> str | None:
+        """Why a pass of `loop` is too long for a blocking copy of its `size`-byte batch to
+        matter: the matrix products of the sized models it calls, over the rows each call is
+        given (`_call_rows`; the products of unknown width, an attention's, left out), take
+        more device time, even at the fastest rate a product runs, than `DWARFING_FACTOR`
+        times the most a blocking copy costs the step (`blocking_copy_seconds`). None when
+        they may not, when the step convolves (its products run over positions the batch
+        does not show), or when `loop` is a comprehension."""
+        if not isinstance(loop, (cst.For, cst.While)):
+            return None  # a comprehension over batches: no step
+        work = self.least_step_work(loop)
+        if work is None or work.convolves:
+            return None
+        flops = 0
+        for call, model in self._model_calls.get(id(loop), ()):
+            rows = self._call_rows(call, model)
+            flops += sum(2 * rows * k * n for k, n in model.known) if rows else 0
+        took, cost = flops / HARDWARE["bf16_flops_per_s"], blocking_copy_seconds(size)
+        if took < DWARFING_FACTOR * cost:
+            return None
+        return (
+            f"the forward's matrix products alone take at least {took * 1e3:.1f} ms a step on the device (an A100's "
+            f"bf16 tensor cores: {HARDWARE['bf16_flops_per_s'] / 1e12:.0f} TFLOPS), over {DWARFING_FACTOR} times the "
+            f"{cost * 1e6:.0f} us a blocking copy of its {shown(size)} batch can cost it (the copy from pageable "
+            "memory and the device idle while the host launches the first kernels after it)"
+        )
+
+    def rarely_waited(self, node: cst.CSTNode) -> tuple[cst.If, cst.CSTNode] | None:
         """(the periodic `if`, the read) when `node` runs only every few steps (behind a
         periodic test, `Periodic.sometimes`: an evaluation every N steps) and the host waits
         for the device every time right after it: the loop around `node` in its function (one
@@ -1605,8 +1684,7 @@ class Sizes:
             return (guard, sync) if sync is not None else None
         for call in self.context.loops.reached_calls(guard.body):
             if (
-                method_name(call) in SYNC_METHODS
-                and self.kinds.fact(call.func.value).kind in (Kind.TENSOR, Kind.UNKNOWN)
+                self._reads_to_host(call)
                 and self.index.inside(call, guard)
                 and self.index.before(node, call)
                 and self._every_pass(call, guard)
@@ -1847,11 +1925,11 @@ class Sizes:
             elif self.names.of(call.func) & (MATRIX_PRODUCTS - _SIZED_LAYERS) or (
                 isinstance(call.func, cst.Attribute) and call.func.attr.value in MATRIX_PRODUCT_METHODS
             ):
-                total = total._replace(products=None)
+                total = total._replace(unknown=True)
         if any(
             isinstance(b.operator, cst.MatrixMultiply) for b in self.index.find(cst.BinaryOperation, within=classdef)
         ):
-            total = total._replace(products=None)
+            total = total._replace(unknown=True)
         return total
 
     def _passed_values(self, name: cst.Name) -> list[cst.BaseExpression] | None:
@@ -1859,7 +1937,7 @@ class Sizes:
         it (its default where a call passes nothing), as the training analysis follows them;
         None when one of them cannot be told (a call from elsewhere, `*args`, a class handed
         on to a factory or subclassed)."""
-        bound = self.context.bindings.param_of(name)
+        bound = self.kinds.parameter_read(name)
         frame = next((call for function, call in reversed(self._frames) if bound and function is bound[0]), None)
         if isinstance(frame, Told):
             value = frame.values.get(bound[1].name.value, bound[1].default)  # not passed: its default
@@ -1881,7 +1959,7 @@ class Sizes:
             return None
         total = EMPTY
         for value in passed:
-            size = EMPTY if self.integer(value, depth + 1) is not None else self._attribute(value, depth + 1)
+            size = EMPTY if self._scalar(value, depth + 1) else self._attribute(value, depth + 1)
             if size is None:
                 return None
             total = max(total, size, key=lambda s: s.state)
@@ -1978,10 +2056,15 @@ class Sizes:
             return self._scalar(expr.left, depth + 1) and self._scalar(expr.right, depth + 1)
         if isinstance(expr, cst.Attribute) and self.kinds.instance_class(expr.value) is not None:
             return self._scalar_field(expr, depth) or self.integer(expr) is not None
+        if isinstance(expr, cst.Subscript) and _string_key(expr) is not None:
+            # `cfg["drop_rate"]`: the entry of every dict literal `cfg` may hold
+            owners = self._dicts(expr.value, depth + 1)
+            entries = [dict_entry(owner, _string_key(expr)) for owner in owners or ()]
+            return bool(entries) and all(e is not None and self._scalar(e, depth + 1) for e in entries)
         if not isinstance(expr, cst.Name):
             return self.integer(expr) is not None
         bindings = self.context.bindings
-        if bindings.param_of(expr) is not None:
+        if self.kinds.parameter_read(expr) is not None:
             passed = self._passed_values(expr)
             return bool(passed) and all(self._scalar(v, depth + 1) for v in passed)
         assignments = bindings.assignments(expr)
@@ -2071,6 +2154,13 @@ class Sizes:
         """What the models a pass of `loop` runs hold, summed: their parameters, the (k, n) of
         every float32 matrix product they make and whether they convolve; None where
         `step_products` is."""
+        work = self.least_step_work(loop)
+        return None if work is None or work.unknown else work
+
+    def least_step_work(self, loop: cst.CSTNode) -> ModuleSize | None:
+        """`step_work` where the step may also multiply matrices of unknown width (an attention's
+        `q @ k.transpose(-2, -1)`): then `unknown`, its `known` products a lower bound of the
+        step's arithmetic. None when the step calls no model of known size."""
         key = id(loop)
         if key not in self._steps:
             self._steps[key] = self._step_work(loop)
@@ -2096,7 +2186,7 @@ class Sizes:
         given none (`model.no_sync()`); None when one of its arguments may be a tensor of
         unknown shape (numbers, strings, None and booleans are no tensors), or the model is
         called on no tensor (what it runs over is made inside)."""
-        widths = {k for k, _ in model.products or ()}
+        widths = {k for k, _ in model.known}
         found = []
         for arg in call.args:
             if isinstance(arg.value, (cst.SimpleString, cst.FormattedString, cst.ConcatenatedString)):
@@ -2121,21 +2211,21 @@ class Sizes:
 
     def _step_work(self, loop: cst.CSTNode) -> ModuleSize | None:
         """The matrix products of one step of `loop`: those of the models of known size it
-        calls; None when it calls none, or may multiply matrices otherwise."""
+        calls, `unknown` where it may multiply matrices otherwise; None when it calls none."""
         steps, training = self.context.loops, self.context.training
-        if self._multiplies_by_operator(loop.body):
-            return None
-        total = EMPTY
+        total = EMPTY._replace(unknown=self._multiplies_by_operator(loop.body))
         ran = False  # a model of known size is called
         for call in steps.reached_calls(loop.body):
             if self._calls_matrix_product(call):
-                return None
+                total = total._replace(unknown=True)
+                continue
             if steps.callee(call) is not None:
                 continue  # a function of this file: its calls are among those reached
             if isinstance(call.func, cst.Attribute) and call.func.attr.value in MODULE_METHODS:
                 continue
             if self._may_multiply_unseen(call):
-                return None
+                total = total._replace(unknown=True)
+                continue
             if self._multiplies_no_matrices(call):
                 continue
             func = call.func
@@ -2145,12 +2235,12 @@ class Sizes:
             if self._loss_module(model):
                 continue  # `criterion(output, target)`: torch's losses multiply no matrices
             size = self.module(model) if isinstance(model, (cst.Name, cst.Attribute)) else None
-            if size is not None and size.products is not None:
+            if size is not None:
                 total = total.plus(size)
                 ran = True
                 self._model_calls.setdefault(id(loop), []).append((call, size))
             elif self._runs_unsized_model(call, model):
-                return None
+                total = total._replace(unknown=True)
         return total if ran else None
 
     def _multiplies_by_operator(self, body: cst.CSTNode) -> bool:

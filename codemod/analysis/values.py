@@ -639,6 +639,16 @@ class Kinds:
                 found.append(source)
         return found
 
+    def parameter_read(self, name: cst.Name) -> tuple[cst.FunctionDef, cst.Param] | None:
+        """The function and parameter whose value the read `name` takes, where that parameter
+        is the one binding that reaches it (`x = x.to(device)` reads the parameter `x`,
+        though the function binds `x` again); None otherwise."""
+        found = self.sources(name)
+        if len(found) != 1 or not _is_param(found[0].node):
+            return None
+        function = self.parents.get(self.parents.get(found[0].node))
+        return (function, found[0].node) if isinstance(function, cst.FunctionDef) else None
+
     def reaching_sources(self, name: cst.Name) -> list[tuple[cst.CSTNode, cst.BaseExpression | None]]:
         """(binding node, source) of each binding whose value `name` may read (`sources`):
         the expression the binding takes its value from (`binding_source`), for a tuple

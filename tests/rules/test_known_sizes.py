@@ -297,10 +297,10 @@ def project_model(tmp_path, change: str = "", head: str = "head=5") -> ModuleSiz
 def test_a_model_of_another_module_is_sized_by_the_config_dict_its_construction_passes(tmp_path):
     blocks = 2 * (16 * 64 + 64)
     assert project_model(tmp_path) == ModuleSize(
-        100 * 16 + blocks + 64 * 5 + 5, 100 * 16 + blocks + 64 * 5 + 5, ((16, 64), (64, 5))
-    )
+        100 * 16 + blocks + 64 * 5 + 5, 100 * 16 + blocks + 64 * 5 + 5, ((16, 64), (16, 64), (64, 5))
+    )  # each of the two blocks makes its product
     # a parameter the construction does not pass holds its default
-    assert project_model(tmp_path, head="").products == ((16, 64), (64, 10))
+    assert project_model(tmp_path, head="").products == ((16, 64), (16, 64), (64, 10))
 
 
 @pytest.mark.parametrize(
@@ -514,7 +514,9 @@ def local_config_model(change: str) -> ModuleSize | None:
 
 
 def test_a_nested_config_dict_of_the_file_sizes_the_model_built_with_it():
-    assert local_config_model("") == ModuleSize(50 * 16 + 2 * (16 * 16 + 16), 50 * 16 + 2 * (16 * 16 + 16), ((16, 16),))
+    assert local_config_model("") == ModuleSize(
+        50 * 16 + 2 * (16 * 16 + 16), 50 * 16 + 2 * (16 * 16 + 16), ((16, 16), (16, 16))
+    )
 
 
 @pytest.mark.parametrize(

@@ -1063,3 +1063,40 @@ def test_a_difference_by_a_known_value_and_math_constants_size_a_data_set():
     varied = context("import sys\nk = 2 if len(sys.argv) > 1 else 3\nn = 10 - k\n")
     (n,) = [a.targets[0].target for a in varied.index.find(cst.Assign) if varied.source(a.targets[0].target) == "n"]
     assert sizes_of(varied).integer(n) is None
+
+
+@pytest.mark.parametrize(
+    ("read", "found"),
+    [
+        ('print(f"loss {loss:.2f}")', "{loss:.2f}"),  # Tensor.__format__ reads the value
+        ('print(f"loss {loss}")', "{loss}"),
+        ("print(loss)", "print(loss)"),
+        ("print(float(loss))", "float(loss)"),
+        ('print(f"step {step}")', None),  # a number, no tensor
+        ('print(f"{x.shape[0]} rows")', None),
+        ('print(f"{x_host.sum()}")', None),  # a host tensor: no wait for the device
+        ('if step % 10 == 0:\n        print(f"{loss:.2f}")', None),  # not every pass
+    ],
+)
+def test_a_tensor_formatted_or_printed_every_step_is_a_read_to_the_host(read, found):
+    source = f"""\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+device = torch.device("cuda")
+model = torch.nn.Linear(8, 2).to(device)
+loader = DataLoader(TensorDataset(torch.randn(64, 8), torch.randint(0, 2, (64,))), batch_size=8, pin_memory=True)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for step, (x_host, y) in enumerate(loader):
+    x, y = x_host.to(device), y.to(device)
+    loss = torch.nn.functional.cross_entropy(model(x), y)
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+    {read}
+"""
+    ctx = context(source)
+    (feed,) = ctx.loaders.feeds
+    sync = sizes_of(ctx).sync_every_step(feed.loop)
+    assert (ctx.source(sync) if sync is not None else None) == found
+    assert (findings(source, "PM101").findings == []) is (found is not None)  # a small batch, waited for anyway
