@@ -313,6 +313,7 @@ class Sizes:
         # the calls of sized models each step loop makes, each with its model's size
         self._model_calls: dict[int, list[tuple[cst.Call, ModuleSize]]] = {}
         self._visiting: set[tuple[int, tuple[int, ...]]] = set()
+        self._parameters_followed: set[int] = set()  # parameters whose passed values `_tensor_held` is reading
         self._optimizer_counted = False  # `saved`: an optimizer's state was counted
 
     # -- values ----------------------------------------------------------------------------
@@ -717,10 +718,18 @@ class Sizes:
         fed = self._fed(expr, (), depth) if isinstance(expr, cst.Name) else None
         if fed is not None:
             return fed
-        if isinstance(expr, cst.Name) and self.kinds.parameter_read(expr) is not None:
-            values = self._passed_values(expr)  # each call's argument: a batch its loop feeds
-        else:
-            values = self.values(expr, depth + 1)
+        bound = self.kinds.parameter_read(expr) if isinstance(expr, cst.Name) else None
+        if bound is None:
+            return self._tensor_of_values(self.values(expr, depth + 1), expr, depth)
+        if id(bound[1]) in self._parameters_followed:
+            return None  # a recursive call passes on what this parameter holds: no shape of its own
+        self._parameters_followed.add(id(bound[1]))
+        try:  # each call's argument: a batch its loop feeds
+            return self._tensor_of_values(self._passed_values(expr), expr, depth)
+        finally:
+            self._parameters_followed.discard(id(bound[1]))
+
+    def _tensor_of_values(self, values, expr: cst.BaseExpression, depth: int) -> Tensor | None:
         if not values or any(value is expr for value in values):
             return None
         # Several bindings reach it (`if cuda: X = X.pin_memory()`): known where all agree.
@@ -1528,12 +1537,14 @@ class Sizes:
         file, around each call of it (a helper given the batch to copy, `calc_loss_batch(x, y,
         model, device)`, called from a training loop and an evaluation loop); None when a way
         to `node` passes no such loop, or one fed by a loader whose batches are not known."""
-        found = self._feeding(node, 0)
+        found = self._feeding(node, 0, ())
         if not found:
             return None
         return max(size for size, _ in found), tuple(loop for _, loop in found)
 
-    def _feeding(self, node: cst.CSTNode, depth: int) -> list[tuple[int, cst.CSTNode]] | None:
+    def _feeding(self, node: cst.CSTNode, depth: int, callers: tuple[cst.FunctionDef, ...]):
+        """`feeding_batch_bytes`' (bytes, loop) pairs; `callers`: the functions whose call sites
+        are being followed, whose recursive calls run inside the loops of the outer calls."""
         if depth > MAX_DEPTH:
             return None
         feeds = self.loaders.feeds
@@ -1542,8 +1553,10 @@ class Sizes:
             if isinstance(ancestor, (cst.Lambda, cst.ClassDef)):
                 return None
             if isinstance(ancestor, cst.FunctionDef):
+                if any(ancestor is caller for caller in callers):
+                    return []  # a recursive call: the loops around the outer call are counted there
                 calls = self.context.loops.call_sites(ancestor)
-                found = [self._feeding(call, depth + 1) for call in calls]
+                found = [self._feeding(call, depth + 1, (*callers, ancestor)) for call in calls]
                 return None if not found or None in found else [fed for each in found for fed in each]
             if id(ancestor) not in loops:
                 continue
@@ -1606,8 +1619,8 @@ class Sizes:
         if not copies:
             return None
         size = self.loader_batch_bytes(loader)
-        fed = [self.feeding_batch_bytes(copy) for copy in copies]
-        if size is not None and None not in fed:
+        fed = [self.feeding_batch_bytes(copy) for copy in copies] if size is not None else [None]
+        if None not in fed:
             why = self.copy_costs_nothing(size, tuple(loop for each in fed for loop in each[1]))
             if why is not None:
                 return why

@@ -6,6 +6,7 @@ it; PM102 says why. The same program with a small model is fixed as before."""
 import libcst as cst
 import pytest
 
+from codemod.analysis.sizes import sizes_of
 from codemod.config import Settings
 from codemod.context import FileContext
 from codemod.engine import process_source
@@ -117,3 +118,32 @@ def test_a_read_of_a_rebound_parameter_reads_the_parameter():
     returned = function.body.body[1].body[0].value  # `x` in `return x`
     assert context.kinds.parameter_read(receiver) == (function, function.params.params[0])
     assert context.kinds.parameter_read(returned) is None
+
+
+def test_a_recursive_helper_that_copies_is_fed_by_the_loops_around_its_outer_calls():
+    """`_prepare_input` calls itself on each element of a dict or list: its recursive calls
+    run inside the loop around the outer call, which is what feeds the copy."""
+    code = """\
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+device = torch.device("cuda")
+
+
+def prepare(data):
+    if isinstance(data, dict):
+        return {k: prepare(v) for k, v in data.items()}
+    if isinstance(data, (tuple, list)):
+        return type(data)(prepare(v) for v in data)
+    return data.to(device)
+
+
+loader = DataLoader(TensorDataset(torch.randn(64, 8)), batch_size=8, pin_memory=True)
+for batch in loader:
+    batch = prepare(batch)
+"""
+    context = FileContext(cst.parse_module(code), "t.py", Settings(), code)
+    copy = next(c for c in context.index.find(cst.Call) if context.source(c) == "data.to(device)")
+    size, loops = sizes_of(context).feeding_batch_bytes(copy)
+    assert size == 8 * 8 * 4
+    assert [context.line(loop) for loop in loops] == [16]  # `for batch in loader:`
