@@ -313,7 +313,6 @@ class Sizes:
         # the calls of sized models each step loop makes, each with its model's size
         self._model_calls: dict[int, list[tuple[cst.Call, ModuleSize]]] = {}
         self._visiting: set[tuple[int, tuple[int, ...]]] = set()
-        self._parameters_followed: set[int] = set()  # parameters whose passed values `_tensor_held` is reading
         self._optimizer_counted = False  # `saved`: an optimizer's state was counted
 
     # -- values ----------------------------------------------------------------------------
@@ -718,18 +717,10 @@ class Sizes:
         fed = self._fed(expr, (), depth) if isinstance(expr, cst.Name) else None
         if fed is not None:
             return fed
-        bound = self.kinds.parameter_read(expr) if isinstance(expr, cst.Name) else None
-        if bound is None:
-            return self._tensor_of_values(self.values(expr, depth + 1), expr, depth)
-        if id(bound[1]) in self._parameters_followed:
-            return None  # a recursive call passes on what this parameter holds: no shape of its own
-        self._parameters_followed.add(id(bound[1]))
-        try:  # each call's argument: a batch its loop feeds
-            return self._tensor_of_values(self._passed_values(expr), expr, depth)
-        finally:
-            self._parameters_followed.discard(id(bound[1]))
-
-    def _tensor_of_values(self, values, expr: cst.BaseExpression, depth: int) -> Tensor | None:
+        if isinstance(expr, cst.Name) and self.kinds.parameter_read(expr) is not None:
+            values = self._passed_values(expr)  # each call's argument: a batch its loop feeds
+        else:
+            values = self.values(expr, depth + 1)
         if not values or any(value is expr for value in values):
             return None
         # Several bindings reach it (`if cuda: X = X.pin_memory()`): known where all agree.
