@@ -1533,7 +1533,9 @@ class Sizes:
             return None
         return max(size for size, _ in found), tuple(loop for _, loop in found)
 
-    def _feeding(self, node: cst.CSTNode, depth: int, callers: tuple[cst.FunctionDef, ...]):
+    def _feeding(
+        self, node: cst.CSTNode, depth: int, callers: tuple[cst.FunctionDef, ...]
+    ) -> list[tuple[int, cst.CSTNode]] | None:
         """`feeding_batch_bytes`' (bytes, loop) pairs; `callers`: the functions whose call sites
         are being followed, whose recursive calls run inside the loops of the outer calls."""
         if depth > MAX_DEPTH:
@@ -1598,6 +1600,7 @@ class Sizes:
         return False
 
     def _device_tensor(self, expr: cst.BaseExpression) -> bool:
+        """Is `expr` a tensor not known to be on the host (reading it waits for the device)?"""
         fact = self.kinds.fact(expr)
         return fact.kind is Kind.TENSOR and fact.place is not Place.HOST
 
@@ -1610,8 +1613,8 @@ class Sizes:
         if not copies:
             return None
         size = self.loader_batch_bytes(loader)
-        fed = [self.feeding_batch_bytes(copy) for copy in copies] if size is not None else [None]
-        if None not in fed:
+        fed = [self.feeding_batch_bytes(copy) for copy in copies] if size is not None else []
+        if fed and None not in fed:
             why = self.copy_costs_nothing(size, tuple(loop for each in fed for loop in each[1]))
             if why is not None:
                 return why
