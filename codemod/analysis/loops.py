@@ -105,6 +105,7 @@ class TrainingLoops:
         self._spawned: tuple[cst.FunctionDef, ...] | None = None
         self._runs: dict[cst.CSTNode, tuple[StepSite, ...]] = {}
         self._once: dict[cst.FunctionDef, bool] = {}
+        self._outside: dict[cst.FunctionDef, bool] = {}
         self._codes: dict[cst.CSTNode, str] = {}
         self._step_of: dict[cst.Call, tuple[cst.BaseExpression, bool] | None] = {}
         self._stepped: dict[int, tuple[cst.BaseExpression, list[cst.Call]]] | None = None
@@ -453,6 +454,27 @@ class TrainingLoops:
             callers = self.context.kinds.callers(function)
             self._once[function] = len(callers or ()) == 1 and self.runs_once(callers[0][0])
         return self._once[function]
+
+    def outside_steps(self, node: cst.CSTNode) -> bool:
+        """Does `node` run only outside the step loops of a program that has some: in no step
+        loop, in module code or in a function of this file every caller of which (seen here,
+        calling it by name) runs outside them too (an evaluation after each epoch, or after
+        training)? False where the file has no step loop, or a caller is not seen."""
+        if not self.step_loops:
+            return False
+        for ancestor in self._index.ancestors(node):
+            if ancestor in self._steps or isinstance(ancestor, (cst.Lambda, cst.ClassDef)):
+                return False
+            if isinstance(ancestor, cst.FunctionDef):
+                return self._function_outside_steps(ancestor)
+        return True
+
+    def _function_outside_steps(self, function: cst.FunctionDef) -> bool:
+        if function not in self._outside:
+            self._outside[function] = False  # a call of itself: not shown outside
+            callers = self.context.kinds.callers(function)
+            self._outside[function] = bool(callers) and all(self.outside_steps(call) for call, _ in callers)
+        return self._outside[function]
 
     def stepped_once(self, build: cst.Call) -> cst.Call | None:
         """The `.step()` of the optimizer `build` constructs, where the file steps it and every

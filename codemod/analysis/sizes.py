@@ -17,9 +17,11 @@ class's `__init__`: a construction in another module hands its arguments over as
 Where a value may be one of several, the largest counts: a size here is an upper bound.
 
 Frequency: `rarely_waited(node)` tells a node that runs only every few steps (behind a
-periodic test, `Periodic.sometimes`) after which the host waits for the device at once (an
-evaluation loop reading `loss.item()` every batch): an overlap there buys nothing whatever
-the size; `overlap_buys_nothing(loader, copies)` says why pinning a loader's batches buys nothing.
+periodic test, `Periodic.sometimes`) or only outside the step loops (an accuracy pass after
+each epoch, `TrainingLoops.outside_steps`), after which the host waits for the device at
+once (an evaluation loop reading `loss.item()` every batch): an overlap there buys nothing
+whatever the size; `overlap_buys_nothing(loader, copies)` says why pinning a loader's
+batches buys nothing.
 
 Launches: `step_rows(loop)` estimates the rows a step's matrix products run over from the
 batch its models are called on (a DataLoader's batch where the loop's target binds it, a
@@ -1620,14 +1622,42 @@ class Sizes:
                 return why
         found = [self.rarely_waited(copy) for copy in copies]
         if not all(found):
-            return None
-        guard, sync = found[0]
-        return (
-            f"its batches are copied only when `{self.context.source(guard.test)}` holds (line "
-            f"{self.context.line(guard)}), and the host then waits for the device at "
-            f"`{self.context.source(sync)}` (line {self.context.line(sync)}) after each copy: pinned memory would "
-            "let the copy overlap at most the launches of one batch, every few steps"
+            # a helper that copies the batches of several loaders (`calc_loss_batch`): the
+            # loops over this loader's batches tell how often its copies run
+            found = [self.rare_pass(loop) for loop in self._copying_loops(loader)]
+            if not found or not all(found):
+                return None
+        syncs = dict.fromkeys(sync for _, sync in found)
+        reads = " and ".join(f"`{self.context.source(sync)}` (line {self.context.line(sync)})" for sync in syncs)
+        waits = (
+            f"and the host then waits for the device at {reads} after each copy: pinned memory would let the copy "
+            "overlap at most the launches of one batch"
         )
+        guards = list(dict.fromkeys(where for where, _ in found if isinstance(where, cst.If)))
+        passes = list(dict.fromkeys(where for where, _ in found if not isinstance(where, cst.If)))
+        when = [f"when `{self.context.source(guard.test)}` holds (line {self.context.line(guard)})" for guard in guards]
+        if passes:
+            lines = ", ".join(str(self.context.line(loop)) for loop in passes)
+            when.append(
+                f"outside the step loops, in a loop that trains nothing (line{'s' if len(passes) > 1 else ''} {lines})"
+            )
+        often = (
+            "every few steps"
+            if not passes
+            else "in a pass run once an epoch or after training"
+            if not guards
+            else "in passes that run now and then"
+        )
+        return f"its batches are copied only {' and '.join(when)}, {waits}, {often}"
+
+    def _copying_loops(self, loader: cst.Call) -> list[cst.CSTNode]:
+        """The loops `loader` feeds whose batches they (or the helpers they call) copy to a device."""
+        loaders = self.loaders
+        return [
+            feed.loop
+            for feed in loaders.feeds
+            if feed.loader is loader and loaders.copies_to_device(feed.loop, feed.target)
+        ]
 
     def copy_costs_nothing(self, size: int, loops: tuple[cst.CSTNode, ...]) -> str | None:
         """Why a blocking copy of a `size`-byte batch costs each of `loops` nothing measurable,
@@ -1672,16 +1702,18 @@ class Sizes:
             "memory and the device idle while the host launches the first kernels after it)"
         )
 
-    def rarely_waited(self, node: cst.CSTNode) -> tuple[cst.If, cst.CSTNode] | None:
-        """(the periodic `if`, the read) when `node` runs only every few steps (behind a
-        periodic test, `Periodic.sometimes`: an evaluation every N steps) and the host waits
-        for the device every time right after it: the loop around `node` in its function (one
-        that trains nothing: an evaluation loop) reads a device value on every pass, or, with
-        no such loop, the body of that `if` does whenever it runs. An overlap there would save
-        at most the launches of one pass, once every N steps. None otherwise."""
+    def rarely_waited(self, node: cst.CSTNode) -> tuple[cst.If | cst.For | cst.While, cst.CSTNode] | None:
+        """(the periodic `if` or the evaluation loop, the read) when `node` runs only every few
+        steps (behind a periodic test, `Periodic.sometimes`: an evaluation every N steps) or
+        only outside the step loops (`TrainingLoops.outside_steps`: an accuracy pass after each
+        epoch), and the host waits for the device every time right after it: the loop around
+        `node` in its function (one that trains nothing: an evaluation loop) reads a device
+        value on every pass, or, with no such loop, the body of that periodic `if` does
+        whenever it runs. An overlap there would save at most the launches of one pass, in a
+        pass that runs now and then. None otherwise."""
         guard = periodic(self.context).sometimes(node)
         if guard is None:
-            return None
+            return self._waited_outside_steps(node)
         loops = [loop for loop in self.index.enclosing_loops(node) if self.index.inside(loop, guard)]
         if loops or not self.index.inside(node, guard):
             loop = loops[0] if loops else next(iter(self.index.enclosing_loops(node)), None)
@@ -1698,6 +1730,27 @@ class Sizes:
             ):
                 return guard, call
         return None
+
+    def _waited_outside_steps(self, node: cst.CSTNode) -> tuple[cst.For | cst.While, cst.CSTNode] | None:
+        """`rarely_waited` of a node behind no periodic test: its innermost loop's `rare_pass`."""
+        loops = self.index.enclosing_loops(node)
+        return self.rare_pass(loops[0]) if loops else None
+
+    def rare_pass(self, loop: cst.CSTNode) -> tuple[cst.If | cst.For | cst.While, cst.CSTNode] | None:
+        """(the periodic `if`, or `loop` itself where it runs outside the step loops; the read)
+        when `loop` is an evaluation's: it trains nothing, reads a device value on every pass
+        (`sync_every_step`), and runs only every few steps (`Periodic.sometimes`) or only
+        outside the step loops (`TrainingLoops.outside_steps`: after each epoch, after
+        training). None otherwise."""
+        if not isinstance(loop, (cst.For, cst.While)) or self.context.loops.is_training_loop(loop):
+            return None
+        sync = self.sync_every_step(loop)
+        if sync is None:
+            return None
+        guard = periodic(self.context).sometimes(loop)
+        if guard is not None:
+            return guard, sync
+        return (loop, sync) if self.context.loops.outside_steps(loop) else None
 
     def _every_pass(self, node: cst.CSTNode, owner: cst.CSTNode) -> bool:
         """Does `node` run whenever `owner` (a loop's pass, a function) runs on: under no `if`

@@ -59,10 +59,12 @@ class NonBlockingCopy(Rule):
     the copy can overlap at most its own transfer, under 50 us at 25 GB/s
     (ten kernel launches). So is a copy, of any size, that runs only every
     few steps (an evaluation under `if step % 500 == 0:`, in the loop or in
-    a function called only there) when the host waits for the device right
-    after it each time: an evaluation loop that reads `loss.item()` every
-    batch, or a validation batch whose loss is printed. It could overlap at
-    most the launches of one batch, once every few steps.
+    a function called only there), or only outside the training loop (an
+    accuracy pass after each epoch or after training), when the host waits
+    for the device right after it each time: an evaluation loop that reads
+    `loss.item()` every batch, or a validation batch whose loss is printed.
+    It could overlap at most the launches of one batch, in a pass that runs
+    now and then.
 
     Nor is a copy of a known batch size in a step whose matrix products alone
     (those of the models perfmod can size, over the rows of the batch) take
@@ -288,7 +290,7 @@ class NonBlockingCopy(Rule):
         if fed is not None and sizes.copy_costs_nothing(*fed) is not None:
             return  # a small batch the loop waits for anyway, or a step that computes far longer than a copy
         if sizes.rarely_waited(node) is not None:
-            return  # made every few steps (an evaluation), the host waiting for the device right after
+            return  # an evaluation every few steps or epoch, the host waiting for the device right after
         root = kinds.storage_root(node.func.value)
         if isinstance(root, cst.Name) and kinds.is_mutated_in_place(root):
             return

@@ -88,8 +88,9 @@ class UnpinnedLoaderToCuda(Rule):
     copies each batch once more on the host. So is a loader, of any batch
     size, whose batches are copied only every few steps (an evaluation under
     `if step % 500 == 0:`, in the loop or in a function called only there)
-    with the host waiting for the device right after each copy (the
-    evaluation loop reads `loss.item()` every batch).
+    or only outside the training loop (an accuracy pass after each epoch or
+    after training), with the host waiting for the device right after each
+    copy (the evaluation loop reads `loss.item()` every batch).
 
     So is a loader of known batch size feeding only steps whose matrix
     products alone (those of the models perfmod can size, over the rows of
@@ -358,6 +359,7 @@ class UnpinnedLoaderToCuda(Rule):
     def visit_Module(self, node: cst.Module) -> None:
         loaders = self.context.loaders
         feeds: dict[int, _Feeds] = {}
+        self._feeds = feeds
         for key, copies in loaders.device_copies.items():
             found = feeds[key] = _Feeds()
             for copy in copies:
@@ -514,6 +516,20 @@ class UnpinnedLoaderToCuda(Rule):
         few steps and waited on (`Sizes.overlap_buys_nothing`); None otherwise."""
         return sizes_of(self.context).overlap_buys_nothing(loader, feed.copies)
 
+    def _pinned_alongside(self, loader: cst.Call, literal: cst.CSTNode) -> bool:
+        """Does another loader that takes its settings from the same dict literal get them
+        pinned (its batches go to the GPU and are worth pinning), pinning this one's too?"""
+        loaders = self.context.loaders
+        for other in loaders.constructions:
+            feed = self._feeds.get(id(other))
+            if other is loader or feed is None or not feed.places:
+                continue
+            stars = [arg for arg in other.args if arg.star == "**"]
+            found = loaders.kwargs_literal(stars[0].value) if len(stars) == 1 else None
+            if found is not None and found[0] is literal and self._small_batches(other, feed) is None:
+                return True
+        return False
+
     def _pin_value(self, feed: _Feeds, at: cst.CSTNode) -> tuple[cst.BaseExpression, list[tuple[str, str | None]]]:
         """`True` for CUDA; `device.type == "cuda"` for a torch.device visible at `at`
         (in the quote an f-string around `at` leaves free); else `torch.cuda.is_available()`."""
@@ -539,6 +555,10 @@ class UnpinnedLoaderToCuda(Rule):
         literals = [loaders.kwargs_literal(arg.value) for arg in stars]
         if any(literal is not None and "pin_memory" in literal[1] for literal in literals):
             return  # already set through the dict
+        shared = literals[0][0] if len(stars) == 1 and literals[0] is not None else None
+        if shared is not None and self._small_batches(loader, feed) is not None:
+            if self._pinned_alongside(loader, shared):
+                return  # another loader's fix pins the settings this one shares: nothing to say
         if self._reported_small(loader, feed, message):
             return
         message += "; pass pin_memory"

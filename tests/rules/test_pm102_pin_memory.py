@@ -12,6 +12,7 @@ import torch
 
 from codemod.config import Settings
 from codemod.engine import process_source
+from codemod.rule import Level
 from codemod.rules.unpinned_loader_batches_to_cuda import UnpinnedLoaderToCuda
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "rules" / "PM102"
@@ -128,9 +129,11 @@ for x, y in train_loader:
     optimizer.step()
     print(f"train loss {loss.item()!r}")
 with torch.no_grad():
+    total = 0.0
     for x, y in val_loader:
         x, y = x.to(device), y.to(device)
-        print(f"val loss {torch.nn.functional.mse_loss(model(x), y).item()!r}")
+        total = total + torch.nn.functional.mse_loss(model(x), y)
+    print(f"val loss {total.item()!r}")
 """
 
 
@@ -145,6 +148,21 @@ def test_settings_two_loaders_share_get_pin_memory_once(settings):
     after = rewrite(before, [UnpinnedLoaderToCuda])
     assert after.count("pin_memory") == 1, after
     assert torch.equal(losses(after), losses(before))
+
+
+def test_a_loader_not_worth_pinning_that_shares_the_settings_of_one_pinned_gets_no_report():
+    """The validation pass after training reads every batch back, so pinning its loader buys
+    nothing; but the training loader's fix adds pin_memory to the settings both share, so
+    a report saying it is not pinned would be false: the rule says nothing of it."""
+    read_every_batch = SHARED_SETTINGS_SCRIPT.replace("SETTINGS", '{"batch_size": 8, "num_workers": 0}').replace(
+        '        total = total + torch.nn.functional.mse_loss(model(x), y)\n    print(f"val loss {total.item()!r}")\n',
+        '        print(f"val loss {torch.nn.functional.mse_loss(model(x), y).item()!r}")\n',
+    )
+    assert 'print(f"val loss {torch.nn.functional' in read_every_batch
+    settings = Settings(select=("PM102",), level=Level.SAFE)
+    result = process_source(read_every_batch.encode(), "<fixture>", settings, [UnpinnedLoaderToCuda])
+    assert [(f.line, f.applied) for f in result.findings] == [(11, True)]
+    assert result.new_source.decode().count("pin_memory") == 1
 
 
 COMMENTED_ARGUMENTS = """\

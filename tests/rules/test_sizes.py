@@ -250,10 +250,20 @@ def test_the_thresholds_follow_from_the_hardware_table():
 
 
 def test_a_small_batch_in_a_loop_that_syncs_every_step_is_left_alone_a_large_one_is_fixed():
-    small = findings(MNIST.replace("BATCH", "256"), "PM101")  # 256 images: 800 KB
-    assert [f.line for f in small.findings] == [24, 24]  # the training loop's copies only
-    large = findings(MNIST.replace("BATCH", "1000"), "PM101")  # 1000 images: 3.1 MB
-    assert [f.line for f in large.findings] == [24, 24, 37, 37] and all(f.applied for f in large.findings)
+    every_step = MNIST.replace("BATCH", "1000").replace(
+        "        if batch_idx % args.log_interval == 0:\n            print(loss.item())", "        print(loss.item())"
+    )
+    small = findings(every_step.replace("default=64", "default=256"), "PM101")  # 256 images: 800 KB
+    assert small.findings == []
+    large = findings(every_step.replace("default=64", "default=1000"), "PM101")  # 1000 images: 3.1 MB
+    assert [f.line for f in large.findings] == [24, 24] and all(f.applied for f in large.findings)
+
+
+def test_the_copies_of_a_test_pass_run_once_an_epoch_are_left_alone_whatever_their_size():
+    """The test loop reads `.item()` every batch and runs once an epoch, outside the step
+    loop: overlapping its copies saves at most a batch's launches, once an epoch."""
+    for batch in ("256", "1000"):
+        assert [f.line for f in findings(MNIST.replace("BATCH", batch), "PM101").findings] == [24, 24]
 
 
 def test_prefetching_mnist_batches_is_reported_with_the_copy_time():
@@ -708,6 +718,131 @@ def test_a_validation_batch_copied_every_few_steps_and_read_right_after_is_not_o
     )
     copies = {f.line for f in findings(code, "PM101").findings if f.applied}
     assert 39 not in copies and 31 in copies
+
+
+ACCURACY = """\
+import torch
+import torch.nn.functional as F
+from torch.utils.data import DataLoader, Dataset
+
+
+class Texts(Dataset):
+    def __init__(self, length):
+        self.length = length
+
+    def __len__(self):
+        return 1000
+
+    def __getitem__(self, i):
+        return torch.randint(0, 50, (self.length,)), torch.randint(0, 2, ())
+
+
+def accuracy(model, loader):
+    correct = 0
+    for x, y in loader:
+        x, y = x.to("cuda"), y.to("cuda")
+        READ
+    return correct
+
+
+def train(model, optimizer, train_loader, test_loader, epochs):
+    for epoch in range(epochs):
+        for x, y in train_loader:
+            x, y = x.to("cuda"), y.to("cuda")
+            loss = F.cross_entropy(model(x)[:, -1], y)
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+        print(epoch, accuracy(model, train_loader))
+    print(accuracy(model, test_loader))
+
+
+model = torch.nn.Sequential(torch.nn.Embedding(50, 64), torch.nn.Linear(64, 2)).cuda()
+optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, fused=True)
+length = int(input())
+train_loader = DataLoader(Texts(length), batch_size=8)
+test_loader = DataLoader(Texts(length), batch_size=8)
+train(model, optimizer, train_loader, test_loader, 3)
+"""
+
+
+def test_an_accuracy_pass_after_each_epoch_that_reads_every_batch_is_neither_pinned_nor_overlapped():
+    # LLMs-from-scratch ch06: `calc_accuracy_loader` after each epoch and after training, of
+    # token batches whose length the data sets, reading `.item()` every batch
+    read = "correct += (model(x)[:, -1].argmax(-1) == y).sum().item()"
+    result = findings(ACCURACY.replace("READ", read), "PM101", "PM102")
+    by_line = {(f.line, f.code): f for f in result.findings}
+    # The training loader's copies run in the step loop: pinned, then overlapped. The test
+    # loader's are made only by the accuracy pass: reported, not pinned; that copy is left alone.
+    assert {key: f.applied for key, f in by_line.items()} == {
+        (28, "PM101"): True,
+        (40, "PM102"): True,
+        (41, "PM102"): False,
+    }
+    assert "only outside the step loops, in a loop that trains nothing (line 19)" in by_line[41, "PM102"].message
+    assert "`(model(x)[:, -1].argmax(-1) == y).sum().item()` (line 21)" in by_line[41, "PM102"].message
+
+
+def test_an_accuracy_pass_that_does_not_wait_every_batch_or_runs_in_the_step_is_still_fixed():
+    kept = ACCURACY.replace("READ", "correct += (model(x)[:, -1].argmax(-1) == y).sum()")
+    read = "correct += (model(x)[:, -1].argmax(-1) == y).sum().item()"
+    every_step = ACCURACY.replace("READ", read).replace(
+        "            optimizer.step()\n", "            optimizer.step()\n            accuracy(model, test_loader)\n"
+    )
+    for code in (kept, every_step):
+        fixed = {(f.line, f.code) for f in findings(code, "PM101", "PM102").findings if f.applied}
+        assert (20, "PM101") in fixed
+
+
+SHARED_COPY = """\
+import torch
+import torch.nn.functional as F
+from torch.utils.data import DataLoader, TensorDataset
+
+
+def loss_of(model, x, y):
+    x, y = x.to("cuda"), y.to("cuda")
+    return F.cross_entropy(model(x), y)
+
+
+def evaluate(model, loader):
+    total = 0.0
+    for x, y in loader:
+        total += loss_of(model, x, y).item()
+    return total
+
+
+model = torch.nn.Linear(16, 2).cuda()
+optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, fused=True)
+train_loader = DataLoader(TensorDataset(torch.randn(LENGTH, 16), torch.randint(0, 2, (LENGTH,))), batch_size=8)
+val_loader = DataLoader(TensorDataset(torch.randn(LENGTH, 16), torch.randint(0, 2, (LENGTH,))), batch_size=8)
+for epoch in range(3):
+    for step, (x, y) in enumerate(train_loader):
+        loss = loss_of(model, x, y)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        if step % 100 == 0:
+            print(evaluate(model, val_loader))
+    for x, y in val_loader:
+        x = x.to("cuda")
+        print(model(x).argmax(-1).tolist())
+"""
+
+
+def test_a_loader_whose_batches_a_shared_helper_copies_only_in_evaluations_is_not_pinned():
+    """`loss_of` copies the batches of both loaders; the validation loader's reach it only in
+    an evaluation every 100 steps, and in an inline pass after each epoch, both reading
+    every batch: it is reported, and the training loader is pinned."""
+    code = SHARED_COPY.replace("LENGTH", "int(input())")
+    by_line = {(f.line, f.code): f for f in findings(code, "PM102").findings}
+    assert {key: f.applied for key, f in by_line.items()} == {(20, "PM102"): True, (21, "PM102"): False}
+    message = by_line[21, "PM102"].message
+    assert (
+        "only when `step % 100 == 0` holds (line 28) and outside the step loops, in a loop that trains nothing (line 30)"
+        in message
+    )
+    assert "`loss_of(model, x, y).item()` (line 14) and `model(x).argmax(-1).tolist()` (line 32)" in message
 
 
 # -- the blind corpus's noisy fixes: what the sizes did not know --------------------------------
