@@ -522,7 +522,7 @@ class UnpinnedLoaderToCuda(Rule):
         loaders = self.context.loaders
         for other in loaders.constructions:
             feed = self._feeds.get(id(other))
-            if other is loader or feed is None or not feed.places:
+            if other is loader or feed is None or not feed.places or not loaders.pinnable(other):
                 continue
             stars = [arg for arg in other.args if arg.star == "**"]
             found = loaders.kwargs_literal(stars[0].value) if len(stars) == 1 else None
