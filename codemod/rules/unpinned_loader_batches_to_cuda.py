@@ -90,7 +90,9 @@ class UnpinnedLoaderToCuda(Rule):
     `if step % 500 == 0:`, in the loop or in a function called only there)
     or only outside the training loop (an accuracy pass after each epoch or
     after training), with the host waiting for the device right after each
-    copy (the evaluation loop reads `loss.item()` every batch).
+    copy (the evaluation loop reads `loss.item()` every batch). Where such a
+    loader takes its settings from the same `**dict` as a loader the rule
+    pins, pinning that dict pins both, and nothing is said of the first.
 
     So is a loader of known batch size feeding only steps whose matrix
     products alone (those of the models perfmod can size, over the rows of
