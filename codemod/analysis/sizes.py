@@ -1712,8 +1712,9 @@ class Sizes:
         whenever it runs. An overlap there would save at most the launches of one pass, in a
         pass that runs now and then. None otherwise."""
         guard = periodic(self.context).sometimes(node)
-        if guard is None:
-            return self._waited_outside_steps(node)
+        if guard is None:  # then none guards its innermost loop either: an evaluation after each epoch?
+            loops = self.index.enclosing_loops(node)
+            return self.rare_pass(loops[0]) if loops else None
         loops = [loop for loop in self.index.enclosing_loops(node) if self.index.inside(loop, guard)]
         if loops or not self.index.inside(node, guard):
             loop = loops[0] if loops else next(iter(self.index.enclosing_loops(node)), None)
@@ -1730,11 +1731,6 @@ class Sizes:
             ):
                 return guard, call
         return None
-
-    def _waited_outside_steps(self, node: cst.CSTNode) -> tuple[cst.For | cst.While, cst.CSTNode] | None:
-        """`rarely_waited` of a node behind no periodic test: its innermost loop's `rare_pass`."""
-        loops = self.index.enclosing_loops(node)
-        return self.rare_pass(loops[0]) if loops else None
 
     def rare_pass(self, loop: cst.CSTNode) -> tuple[cst.If | cst.For | cst.While, cst.CSTNode] | None:
         """(the periodic `if`, or `loop` itself where it runs outside the step loops; the read)

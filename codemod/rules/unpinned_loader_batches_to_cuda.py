@@ -507,9 +507,11 @@ class UnpinnedLoaderToCuda(Rule):
         value, imports = self._pin_value(feed, loader)
         self.report(loader, message, edits=[AddKeyword(loader, "pin_memory", value)], imports=imports)
 
-    def _reported_small(self, loader: cst.Call, feed: _Feeds, message: str) -> bool:
+    def _reported_small(self, loader: cst.Call, feed: _Feeds, message: str, shared: cst.CSTNode | None = None) -> bool:
+        """Is pinning not worth it (`_small_batches`)? Then reported, unless another loader's fix
+        pins the settings dict literal `shared` this one takes too: then nothing is said."""
         small = self._small_batches(loader, feed)
-        if small is not None:
+        if small is not None and (shared is None or not self._pinned_alongside(loader, shared)):
             self.report(loader, f"{message}; not pinned: {small}")
         return small is not None
 
@@ -558,10 +560,7 @@ class UnpinnedLoaderToCuda(Rule):
         if any(literal is not None and "pin_memory" in literal[1] for literal in literals):
             return  # already set through the dict
         shared = literals[0][0] if len(stars) == 1 and literals[0] is not None else None
-        if shared is not None and self._small_batches(loader, feed) is not None:
-            if self._pinned_alongside(loader, shared):
-                return  # another loader's fix pins the settings this one shares: nothing to say
-        if self._reported_small(loader, feed, message):
+        if self._reported_small(loader, feed, message, shared):
             return
         message += "; pass pin_memory"
         if len(stars) != 1 or literals[0] is None or literals[0][2]:
