@@ -275,6 +275,10 @@ VIEW_METHODS = methods(Category.VIEW)
 # and `.numpy()`; not a cast or a move, which is the tensor itself only when it has nothing
 # to do): a write into the result writes the tensor.
 STORAGE_VIEW_METHODS = SHARING_METHODS - methods(Category.CAST)
+# Calls that make no new memory, in constant time whatever the size (`torch.from_numpy(a)`,
+# `x.unsqueeze(1)`): made once instead of every step, they save nothing worth a line.
+NO_COPY_FUNCTIONS = functions(no_copy=True)
+NO_COPY_METHODS = methods(no_copy=True)
 # Tensor methods that make the host wait for the device.
 SYNC_METHODS = methods(syncs=True)
 # Random draws a forward makes from the tensors it is given (every dropout, `bernoulli`,

@@ -239,6 +239,9 @@ class Op(NamedTuple):
     autocast_float16: bool = False  # CUDA autocast runs it in float16 whatever dtype it was given
     syncs: bool = False  # the host waits for the device (a copy to the host, a value read)
     shares: bool = False  # its result may be its receiver, or a view of the receiver's storage
+    # It makes no new memory, ever: its result views its receiver's storage, an array's or a
+    # buffer's, made in constant time whatever their size (`view`, `unsqueeze`, `from_numpy`).
+    no_copy: bool = False
     uninitialized: bool = False  # a new tensor whose memory is not written: its values are whatever was there
     # Why torch.compile leaves it to eager mode: dynamo (as installed) breaks the graph there.
     compile_breaks: str | None = None
@@ -364,8 +367,8 @@ _UNARY = (
 )
 _ACTIVATIONS = "silu gelu relu elu leaky_relu softplus sigmoid tanh logsigmoid mish hardswish relu6 selu celu"
 # Casts return their receiver when there is nothing to do (`x.float()` of a float tensor).
-_CASTS = "float double half bfloat16 long int short bool byte char contiguous detach"
-_VIEWS = "view_as reshape_as t expand_as narrow as_strided select diagonal"
+_CASTS = "float double half bfloat16 long int short bool byte char contiguous"
+_VIEWS = "view_as t expand_as narrow as_strided select diagonal"
 _ELEMENTWISE_LAYERS = (
     "GELU ReLU SiLU Tanh Sigmoid Identity Softplus ELU LeakyReLU Mish Hardswish ReLU6 SELU CELU Hardtanh"
 )
@@ -464,16 +467,31 @@ ENTRIES: list[Op] = [
     *_ops(Category.CAST, "cuda", prefixes=(METHOD,), shares=True, place=Placement.TOLD),
     *_ops(Category.CAST, "pin_memory", prefixes=(METHOD,), shares=True, place=Placement.HOST),
     *_ops(Category.CAST, "clone", prefixes=(METHOD,)),
+    *_ops(Category.CAST, "detach", prefixes=(METHOD,), shares=True, no_copy=True),
     *_ops(Category.CAST, "detach_ requires_grad_", prefixes=(METHOD,), shares=True),
-    *_ops(Category.VIEW, _VIEWS, prefixes=(METHOD,), shares=True),
-    *_ops(Category.VIEW, "view expand", prefixes=(METHOD,), shares=True, shape=Shape.SIZES),
+    # `reshape`, `reshape_as` and `flatten` copy a tensor whose strides no view can follow.
+    *_ops(Category.VIEW, _VIEWS, prefixes=(METHOD,), shares=True, no_copy=True),
+    *_ops(Category.VIEW, "reshape_as", prefixes=(METHOD,), shares=True),
+    *_ops(Category.VIEW, "view expand", prefixes=(METHOD,), shares=True, no_copy=True, shape=Shape.SIZES),
     *_ops(Category.VIEW, "reshape", prefixes=("torch.", METHOD), shares=True, shape=Shape.SIZES),
-    *_ops(Category.VIEW, "transpose permute", prefixes=("torch.", METHOD), shares=True, shape=Shape.REORDERED),
-    *_ops(Category.VIEW, "movedim swapaxes swapdims", prefixes=(METHOD,), shares=True, shape=Shape.REORDERED),
-    *_ops(Category.VIEW, "squeeze unsqueeze flatten", prefixes=("torch.", METHOD), shares=True, shape=Shape.SQUEEZED),
-    *_ops(Category.VIEW, "unflatten", prefixes=(METHOD,), shares=True, shape=Shape.SQUEEZED),
-    *_ops(Category.VIEW, "split chunk tensor_split", prefixes=(METHOD,), shares=True, shape=Shape.SPLIT),
-    *_ops(Category.VIEW, "unbind", prefixes=(METHOD,), shares=True, shape=Shape.SLICES),
+    *_ops(
+        Category.VIEW,
+        "transpose permute",
+        prefixes=("torch.", METHOD),
+        shares=True,
+        no_copy=True,
+        shape=Shape.REORDERED,
+    ),
+    *_ops(
+        Category.VIEW, "movedim swapaxes swapdims", prefixes=(METHOD,), shares=True, no_copy=True, shape=Shape.REORDERED
+    ),
+    *_ops(
+        Category.VIEW, "squeeze unsqueeze", prefixes=("torch.", METHOD), shares=True, no_copy=True, shape=Shape.SQUEEZED
+    ),
+    *_ops(Category.VIEW, "flatten", prefixes=("torch.", METHOD), shares=True, shape=Shape.SQUEEZED),
+    *_ops(Category.VIEW, "unflatten", prefixes=(METHOD,), shares=True, no_copy=True, shape=Shape.SQUEEZED),
+    *_ops(Category.VIEW, "split chunk tensor_split", prefixes=(METHOD,), shares=True, no_copy=True, shape=Shape.SPLIT),
+    *_ops(Category.VIEW, "unbind", prefixes=(METHOD,), shares=True, no_copy=True, shape=Shape.SLICES),
     *_ops(Category.VIEW, "__iter__", prefixes=(METHOD,), shares=True, shape=Shape.SLICES, place=Placement.NO_TENSOR),
     *_ops(Category.REPEAT, "repeat", prefixes=(METHOD,), shape=Shape.SIZES),
     *_ops(Category.JOIN, "cat concat concatenate", shape=Shape.JOINED),
@@ -544,7 +562,9 @@ ENTRIES: list[Op] = [
     *_ops(Category.TO_HOST, "item tolist", prefixes=(METHOD,), syncs=True),
     *_ops(Category.TO_HOST, "is_nonzero", syncs=True),
     *_ops(Category.TO_HOST, _PYTHON_CONVERSIONS, prefixes=(METHOD,), syncs=True),
-    *_ops(Category.TO_HOST, "numpy __array__", prefixes=(METHOD,), shares=True),  # the same memory; host tensors only
+    *_ops(
+        Category.TO_HOST, "numpy __array__", prefixes=(METHOD,), shares=True, no_copy=True
+    ),  # the same memory; host tensors only
     *_ops(
         Category.UNARY,
         "dropout dropout1d dropout2d dropout3d alpha_dropout feature_alpha_dropout",
@@ -561,7 +581,9 @@ ENTRIES: list[Op] = [
     ),
     *_ops(Category.FACTORY, "tril_indices triu_indices", dtype="int64"),
     *_ops(Category.FACTORY, "linspace logspace", shape=Shape.STEPS),
-    *_ops(Category.FACTORY, "from_numpy frombuffer", place=Placement.HOST),  # the memory of an array, a buffer
+    *_ops(
+        Category.FACTORY, "from_numpy frombuffer", place=Placement.HOST, no_copy=True
+    ),  # the memory of an array, a buffer
     *_ops(Category.FACTORY, "zeros ones", shape=Shape.NEW),
     *_ops(Category.FACTORY, "full", shape=Shape.FILLED),
     *_ops(Category.FACTORY, "zeros_like ones_like full_like", shape=Shape.LIKE),

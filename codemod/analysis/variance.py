@@ -43,8 +43,10 @@ place: what may be computed once before the loop instead of once per iteration.
   way, (None, reason) or (None, None).
 - `hoists(loop, skip)`: Hoists: the lines of the step that may run once, each in front of
   its outermost loop, in order; the calls only a callee not proven pure keeps in; and
-  why the other invariant values do not move (`why_not(node, context)`); `doing_work(index)`:
-  the moves that call something, and the plain values those read.
+  why the other invariant values do not move (`why_not(node, context)`).
+- `doing_work(plan)`: the moves of a Hoists worth making, those that call something that
+  does work (not only views made in constant time, `torch.from_numpy(a)`), and the values
+  those read.
 - `single_assignment(line)`: the `name = value` alone on `line`, or None.
 - `names_in(region, name)`: the Name nodes spelled `name` in `region`.
 
@@ -71,6 +73,8 @@ from codemod.analysis.torch_facts import (
     DETERMINISTIC_FUNCTIONS,
     DETERMINISTIC_TENSOR_METHODS,
     MUTATING_METHODS,
+    NO_COPY_FUNCTIONS,
+    NO_COPY_METHODS,
     NOT_SAME_PLACE_METHODS,
     PURE_BUILTINS,
     RANDOM_FUNCTIONS,
@@ -119,17 +123,6 @@ class Hoists:
     unproven: list[tuple[cst.Call, str]] = field(default_factory=list)  # only a callee not proven pure in the way
     blocked: dict[int, str] = field(default_factory=dict)  # id(line) -> why its invariant value cannot move
     lines: list[cst.CSTNode] = field(default_factory=list)  # the step's lines
-
-    def doing_work(self, index) -> list[Hoist]:
-        """The moves worth making: those that call something (a tokenizer, a tensor factory, a
-        conversion), and the plain values (`messages = [...]`) that such a move reads."""
-        kept: list[Hoist] = []
-        read: set[str] = set()
-        for hoist in reversed(self.moves):
-            if index.find(cst.Call, within=hoist.value) or hoist.name in read:
-                kept.append(hoist)
-                read |= {n.value for n in names_read(hoist.value)}
-        return kept[::-1]
 
     def why_not(self, node: cst.CSTNode, context: FileContext) -> str:
         """Why the line `node` is in does not move, its value being invariant."""
@@ -360,6 +353,26 @@ class Variance:
             if kinds.fact(call.func).kind is Kind.MODULE:
                 return True
         return False
+
+    def doing_work(self, plan: Hoists) -> list[Hoist]:
+        """The moves of `plan` worth making: those that call something that does work (a
+        tokenizer, a tensor factory, a conversion; not only views made in constant time,
+        `torch.from_numpy(a)`, `x.unsqueeze(1)`), and the values such a move reads."""
+        kept: list[Hoist] = []
+        read: set[str] = set()
+        for hoist in reversed(plan.moves):
+            if hoist.name in read or any(self._works(call) for call in self._index.find(cst.Call, within=hoist.value)):
+                kept.append(hoist)
+                read |= {n.value for n in names_read(hoist.value)}
+        return kept[::-1]
+
+    def _works(self, call: cst.Call) -> bool:
+        """Does `call` do work that grows with its data: anything but a view a torch function
+        or a tensor's method makes in constant time?"""
+        names = self.context.names.of(call.func)
+        if names:
+            return not names <= NO_COPY_FUNCTIONS
+        return method_name(call) not in NO_COPY_METHODS or not self.makes_tensor(call.func.value)
 
     def makes_tensor(self, expr: cst.BaseExpression) -> bool:
         """Is `expr` a tensor (or a tokenizer's BatchEncoding), so `.to(device)`, `.long()` ... are conversions?"""

@@ -121,7 +121,9 @@ class LoopInvariantTokenization(Rule):
     reported without a fix. A function of another module of your project is
     pure by the same rules, read in its own module. Statements that build
     only the arguments (`messages = [...]`) move with the call when they are
-    invariant too.
+    invariant too. A value that is only a view made in constant time
+    (`torch.from_numpy(array)`, `x.unsqueeze(1)`, `x.t()`) is left in the
+    loop: making it once saves nothing worth a line.
 
     A corpus is pretokenized when every text a step tokenizes is an element
     of a list held in memory (`docs[i]`: a list the script builds, or one a
@@ -356,6 +358,11 @@ class LoopInvariantTokenization(Rule):
             "        sample = tokenizer(PROMPT, return_tensors='pt')['input_ids']\n        print(start, sample)\n",
             "copied and tokenized every 100 steps but the first: not every step",
         ),
+        Valid(
+            PREAMBLE + "import numpy as np\nrows = np.ones((15, 1), dtype=np.int64)\nfor step in range(3):\n"
+            "    ids = torch.from_numpy(rows).squeeze(1)\n" + STEP,
+            "a view of an array, made in constant time: once instead of every step saves nothing",
+        ),
     ]
     INVALID = [
         Invalid(
@@ -413,6 +420,13 @@ class LoopInvariantTokenization(Rule):
             "    ids = tokenizer(PROMPT, return_tensors='pt')['input_ids']\n" + STEP,
             None,
             "the tokenizer may change in the loop: tokenizes every step, reported",
+        ),
+        Invalid(
+            PREAMBLE + "import numpy as np\nrows = np.ones((15, 1), dtype=np.int64)\nfor step in range(3):\n"
+            "    view = torch.from_numpy(rows)\n    ids = view.to('cpu', dtype=torch.float32).long()\n" + STEP,
+            PREAMBLE + "import numpy as np\nrows = np.ones((15, 1), dtype=np.int64)\nview = torch.from_numpy(rows)\n"
+            "ids = view.to('cpu', dtype=torch.float32).long()\nfor step in range(3):\n" + STEP,
+            "a view of an array moves with the conversion made of it, which copies",
         ),
         Invalid(
             PREAMBLE + "for step in range(3):\n    ids = torch.tensor([[1, 2, 3]])\n" + STEP,
@@ -605,7 +619,7 @@ class LoopInvariantTokenization(Rule):
         for call, message in plan.unproven:
             self._reported.add(id(call))
             self.report(call, message)
-        hoists = plan.doing_work(self._index)
+        hoists = variance(self.context).doing_work(plan)
         if hoists:
             self._fix(hoists)
         for call in tokenizers(self.context).calls_in(loop.body):

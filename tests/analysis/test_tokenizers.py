@@ -226,7 +226,7 @@ def test_hoists_move_a_chain_of_invariant_lines_out_of_both_loops_and_say_why_ot
         ("width", True),
     ]
     # `width = 3` calls nothing and nothing moved reads it: not worth a move
-    assert [h.name for h in plan.doing_work(context.index)] == ["chat", "text", "prompt", "prompt"]
+    assert [h.name for h in variance(context).doing_work(plan)] == ["chat", "text", "prompt", "prompt"]
     seen = call_spelled(context, "tok")
     assert "changed in place" in plan.why_not(seen, context)
     assert plan.unproven == []

@@ -277,6 +277,61 @@ def test_sharing_methods_return_the_receiver_or_a_view_of_its_storage(name):
         assert result is tensor or result.untyped_storage().data_ptr() == tensor.untyped_storage().data_ptr()
 
 
+def _no_copy_operand(name: str):
+    """What a `no_copy` entry is called on: a tensor whose strides no contiguous layout
+    has (a transposed one), so that an op that may copy would; an array or a buffer for
+    the factories that view them."""
+    short = name.rsplit(".", 1)[1]
+    if short == "from_numpy":
+        return torch.rand(3, 2).numpy().T
+    if short == "frombuffer":
+        return bytearray(24)
+    return torch.rand(3, 2).t()
+
+
+def _memory(value) -> int:
+    if isinstance(value, torch.Tensor):
+        return value.untyped_storage().data_ptr()
+    if isinstance(value, bytearray):
+        return torch.frombuffer(value, dtype=torch.uint8).data_ptr()
+    return _memory(torch.from_numpy(value))
+
+
+def _no_copy_results(name: str, operand) -> tuple:
+    short = name.rsplit(".", 1)[1]
+    if short == "frombuffer":
+        return (resolve(name)(operand, dtype=torch.float32),)
+    if name == "torch.permute":  # the dims as one tuple
+        return (torch.permute(operand, (1, 0)),)
+    results = _call(name, operand)
+    if short in ("numpy", "__array__"):
+        results = torch.from_numpy(results)
+    return results if isinstance(results, tuple) else (results,)
+
+
+@pytest.mark.parametrize("name", sorted(functions(no_copy=True) | {METHOD + n for n in methods(no_copy=True)}))
+def test_no_copy_entries_view_their_operands_memory_and_never_copy(name):
+    operand = _no_copy_operand(name)
+    try:
+        results = _no_copy_results(name, operand)
+    except RuntimeError:  # `view` refuses strides it cannot follow rather than copy
+        operand = operand.contiguous()
+        results = _no_copy_results(name, operand)
+    assert all(result.untyped_storage().data_ptr() == _memory(operand) for result in results)
+
+
+@pytest.mark.parametrize(
+    "name", sorted(n for n, op in OPS.items() if op.category is Category.VIEW and op.shape is not Shape.SLICES)
+)
+def test_views_left_out_of_no_copy_copy_a_tensor_whose_strides_they_cannot_follow(name):
+    if OPS[name].no_copy:
+        pytest.skip("a view in constant time (the test above)")
+    operand = torch.rand(3, 2).t()
+    arguments = {"reshape": ((6,),), "reshape_as": (torch.empty(6),), "flatten": ()}[name.rsplit(".", 1)[1]]
+    result = resolve(name)(operand, *arguments)
+    assert result.untyped_storage().data_ptr() != operand.untyped_storage().data_ptr()
+
+
 @pytest.mark.parametrize("name", sorted(METHOD + n for n in methods(in_place=True)))
 def test_in_place_methods_return_their_receiver(name):
     tensor = torch.rand(2, 3)
