@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 TORCH_SPEC ?= torch==2.13.0
 PYTEST_ARGS ?=
 
-.PHONY: setup demo test coverage lint docs browser runtime-wheel clean bench-gpu bench-cpu bench-scripts bench-acceptance bench-prepare
+.PHONY: setup demo test durations coverage lint docs browser runtime-wheel clean bench-gpu bench-cpu bench-scripts bench-acceptance bench-prepare
 
 setup: $(VENV)/.installed
 
@@ -30,6 +30,11 @@ demo: setup
 TEST_PROCESSES ?= 2
 test: setup lint
 	$(BIN)/python -m tests.parallel -n $(TEST_PROCESSES) -q $(PYTEST_ARGS)
+
+# The suite as `make test` runs it, rewriting tests/durations.json (what the longer tests
+# take, so that the processes start them first) when every test passes.
+durations: setup
+	$(BIN)/python -m tests.parallel -n $(TEST_PROCESSES) -q --record-durations $(PYTEST_ARGS)
 
 # The same suite under coverage, one combined report. Python 3.11's line tracer nearly
 # doubles the CPU time of the in-process tests, so it is not part of `make test`.

@@ -1,11 +1,14 @@
 """Suite-wide guards: every test starts from the same process-wide state, the
 suite writes nothing into the repository, `--shuffle SEED` runs the tests in a
 random order (to show that none depends on another's leftovers), and `--claims DIR`
-shares the tests out among pytest processes (tests/parallel.py)."""
+shares the tests out among pytest processes (tests/parallel.py), the longest first
+(as tests/durations.json has them), so that no process is left with a long test
+while the others have finished; `--record-durations DIR` writes what each took."""
 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import random
 import subprocess
@@ -15,6 +18,8 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
+# Seconds each of the longer claim units took in a recorded run (`make durations`).
+DURATIONS = REPO / "tests" / "durations.json"
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -28,6 +33,17 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         metavar="DIR",
         help="run only the tests this process claims first in DIR, a folder shared with other "
         "pytest processes (python -m tests.parallel)",
+    )
+    parser.addoption(
+        "--durations-from",
+        metavar="FILE",
+        default=str(DURATIONS),
+        help="with --claims and no --shuffle, claim the units FILE says take longest first (default: %(default)s)",
+    )
+    parser.addoption(
+        "--record-durations",
+        metavar="DIR",
+        help="with --claims, write the seconds each claim unit took to DIR/<pid>.json",
     )
 
 
@@ -59,7 +75,11 @@ def pytest_runtestloop(session: pytest.Session) -> bool | None:
         return None
     if session.testsfailed and not session.config.option.continue_on_collection_errors:
         raise session.Interrupted(f"{session.testsfailed} errors during collection")
-    claimed = (items for key, items in _claim_units(session.items) if _claim(Path(folder), key))
+    units = _claim_units(session.items)
+    if _shuffle_seed(session.config) is None:
+        units = _longest_first(units, Path(session.config.getoption("--durations-from")))
+    session.config.stash[UNIT_OF] = {item.nodeid: key for key, items in units for item in items}
+    claimed = (items for key, items in units if _claim(Path(folder), key))
     current = next(claimed, None)
     while current is not None:
         upcoming = None
@@ -93,6 +113,38 @@ def _claim_units(items: list[pytest.Item]) -> list[tuple[str, list[pytest.Item]]
         module = item.nodeid.split("::")[0]
         units.setdefault(module if module in shared else item.nodeid, []).append(item)
     return list(units.items())
+
+
+def _longest_first(units: list[tuple[str, list[pytest.Item]]], durations: Path) -> list[tuple[str, list[pytest.Item]]]:
+    """`units` with those `durations` knows in front, the longest first; the others after
+    them, in their order. Units that end at about the same time leave no process idle."""
+    try:
+        seconds = json.loads(durations.read_text())
+    except (OSError, ValueError):
+        return units
+    return sorted(units, key=lambda unit: -seconds.get(unit[0], 0.0))
+
+
+UNIT_OF = pytest.StashKey[dict]()  # a test's nodeid -> the key of the unit it was claimed with
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    _UNIT_SECONDS[report.nodeid] = _UNIT_SECONDS.get(report.nodeid, 0.0) + report.duration
+
+
+_UNIT_SECONDS: dict[str, float] = {}  # nodeid -> its setup, call and teardown together
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    folder = session.config.getoption("--record-durations")
+    unit_of = session.config.stash.get(UNIT_OF, None)
+    if folder is None or unit_of is None:
+        return
+    units: dict[str, float] = {}
+    for nodeid, seconds in _UNIT_SECONDS.items():
+        key = unit_of.get(nodeid, nodeid)
+        units[key] = units.get(key, 0.0) + seconds
+    (Path(folder) / f"{os.getpid()}.json").write_text(json.dumps(units))
 
 
 def _uses_shared_fixture(item: pytest.Item) -> bool:

@@ -5,9 +5,11 @@ or class-scoped fixture is claimed whole, so that fixture is set up once), so ea
 runs once, and a process that finishes early takes the next one. The first process
 prints as it goes; the others' output follows when they end. Each process, and what it
 starts, gets its share of the cores as torch's thread count (OMP_NUM_THREADS). With
-`--cov`, the processes' coverage is combined into one report.
+`--cov`, the processes' coverage is combined into one report. The processes claim the
+units that tests/durations.json says take longest first; `--record-durations` rewrites
+that file from this run (`make durations`).
 
-    python -m tests.parallel [-n PROCESSES] [PYTEST_ARGS...]
+    python -m tests.parallel [-n PROCESSES] [--record-durations] [PYTEST_ARGS...]
 
 Exit status: 0 when every process passed, else the first failing process's status.
 """
@@ -15,6 +17,7 @@ Exit status: 0 when every process passed, else the first failing process's statu
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import subprocess
@@ -23,6 +26,9 @@ import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+DURATIONS = REPO / "tests" / "durations.json"
+# Units shorter than this are left out of the file: their order hardly changes when the run ends.
+LISTED_SECONDS = 1.0
 
 
 def pytest_command(claims: Path, work: Path, k: int, pytest_args: list[str]) -> list[str]:
@@ -32,6 +38,17 @@ def pytest_command(claims: Path, work: Path, k: int, pytest_args: list[str]) -> 
     if any(arg.startswith("--cov") for arg in pytest_args):
         command.append("--cov-report=")  # one combined report at the end, not one per process
     return command + pytest_args
+
+
+def record_durations(folder: Path) -> None:
+    """Write the seconds of the units the processes recorded in `folder`, those of at least
+    LISTED_SECONDS, to tests/durations.json (sorted by name, so its diffs read)."""
+    seconds: dict[str, float] = {}
+    for part in folder.glob("*.json"):
+        seconds.update(json.loads(part.read_text()))
+    listed = {key: round(value, 1) for key, value in sorted(seconds.items()) if value >= LISTED_SECONDS}
+    DURATIONS.write_text(json.dumps(listed, indent=0) + "\n")
+    print(f"wrote {DURATIONS.relative_to(REPO)}: {len(listed)} units of at least {LISTED_SECONDS:.0f} s", flush=True)
 
 
 def combined_coverage(work: Path, processes: int) -> int:
@@ -54,6 +71,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "-n", "--processes", type=int, default=2, help="pytest processes to run at once (default: %(default)s)"
     )
+    parser.add_argument(
+        "--record-durations",
+        action="store_true",
+        help="rewrite tests/durations.json from this run: what the longer units take",
+    )
     args, pytest_args = parser.parse_known_args(argv)
     processes = max(1, args.processes)
     # The cores shared out: torch's thread pools in several processes on the same cores spin
@@ -64,6 +86,10 @@ def main(argv: list[str] | None = None) -> int:
     work = Path(tempfile.mkdtemp(prefix="perfmod-tests-"))
     claims = work / "claims"
     claims.mkdir()
+    durations = work / "durations"
+    durations.mkdir()
+    if args.record_durations:
+        pytest_args = [f"--record-durations={durations}", *pytest_args]
     running: list[tuple[subprocess.Popen, Path | None]] = []
     try:
         for k in range(processes):
@@ -82,6 +108,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"\n==== tests run in process {k + 1} of {processes} (exit status {statuses[k]}) ====", flush=True)
             sys.stdout.write(log.read_text())
         report = combined_coverage(work, processes)
+        if args.record_durations and all(status == 0 for status in statuses):
+            record_durations(durations)
     except KeyboardInterrupt:
         for process, _ in running:
             process.terminate()

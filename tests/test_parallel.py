@@ -4,6 +4,7 @@ runs once, in one of them, and a failure in either fails the run."""
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 import subprocess
@@ -99,3 +100,37 @@ def test_a_process_goes_on_past_what_another_claimed_into_another_folder(tmp_pat
     done = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stdout[-3000:]
     assert re.findall(r"^PASSED (\S+)", done.stdout, re.M) == ["a/test_one.py::test_one", "c/test_three.py::test_three"]
+
+
+def test_the_units_the_durations_file_names_are_claimed_longest_first(tmp_path):
+    durations = tmp_path / "durations.json"
+    durations.write_text('{"test_delta.py::test_delta[2]": 9.0, "test_gamma.py::test_gamma[0]": 5.0}')
+    done = run(tmp_path, "-n", "1", "-q", "-rA", f"--durations-from={durations}", *suite(tmp_path))
+    assert done.returncode == 0, done.stdout[-3000:]
+    ran = re.findall(r"^PASSED \S*?(test_\w+\.py::\S+)", done.stdout, re.M)
+    assert ran[:3] == ["test_delta.py::test_delta[2]", "test_gamma.py::test_gamma[0]", "test_alpha.py::test_alpha[0]"]
+    assert len(ran) == 12
+
+
+def test_each_process_records_what_its_units_took(tmp_path):
+    log = tmp_path / "setups.txt"
+    (tmp_path / "test_shared.py").write_text(SHARED.format(log=str(log)))
+    (tmp_path / "claims").mkdir()
+    (tmp_path / "seconds").mkdir()
+    command = [sys.executable, "-m", "pytest", "-p", "tests.conftest", "-p", "no:cacheprovider", "-q"]
+    command += [f"--claims={tmp_path / 'claims'}", f"--record-durations={tmp_path / 'seconds'}"]
+    command += ["--rootdir", str(tmp_path), "test_shared.py", "test_alpha.py"]
+    suite(tmp_path)
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    done = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout[-3000:]
+    (recorded,) = (tmp_path / "seconds").glob("*.json")
+    seconds = json.loads(recorded.read_text())
+    # the module whose tests share a fixture is one unit; every other test is its own
+    assert sorted(seconds) == [
+        "test_alpha.py::test_alpha[0]",
+        "test_alpha.py::test_alpha[1]",
+        "test_alpha.py::test_alpha[2]",
+        "test_shared.py",
+    ]
+    assert all(value >= 0 for value in seconds.values())
