@@ -102,7 +102,7 @@ class TrainingLoops:
         self._reach: dict[cst.CSTNode, frozenset[str]] = {}
         self._functions_reached: dict[cst.CSTNode, tuple[cst.FunctionDef, ...]] = {}
         self._call_sites: dict[cst.FunctionDef, list[cst.Call]] | None = None
-        self._spawned: tuple[cst.FunctionDef, ...] | None = None
+        self._spawned: dict[cst.FunctionDef, list] | None = None
         self._runs: dict[cst.CSTNode, tuple[StepSite, ...]] = {}
         self._once: dict[cst.FunctionDef, bool] = {}
         self._outside: dict[cst.FunctionDef, bool] = {}
@@ -233,19 +233,39 @@ class TrainingLoops:
         """The functions of this file that a call runs in new processes (`mp.spawn(worker,
         ...)`, `Process(target=worker)`): each is where its processes start. The calls that
         start them do not reach them (`functions_reached`): they run elsewhere."""
+        return tuple(self._process_starts())
+
+    def gets_process_index(self, param: cst.Param) -> bool:
+        """Is `param` the first parameter of a function of this file that only process starts
+        passing the process index first run (`mp.spawn(main, args=(world_size,))` calls
+        `main(i, world_size)` in process i, and the name `main` is used nowhere else): an
+        int, the process's index?"""
+        function = self._parents.get(self._parents.get(param))
+        starts = self._process_starts().get(function) if isinstance(function, cst.FunctionDef) else None
+        first = [*function.params.posonly_params, *function.params.params][:1] if starts else []
+        if not first or first[0] is not param or not all(start.index_first for start, _ in starts):
+            return False
+        scope = self.context.scopes.get(function)
+        bindings = list(scope.assignments[function.name.value]) if scope is not None else []
+        handed = {id(arg.value) for _, arg in starts}
+        return len(bindings) == 1 and all(id(use.node) in handed for use in bindings[0].references)
+
+    def _process_starts(self) -> dict[cst.FunctionDef, list]:
+        """The functions of this file that calls run in new processes, each with the
+        (`ProcessStart`, argument) of those calls."""
         if self._spawned is None:
-            found: dict[cst.FunctionDef, None] = {}
+            found: dict[cst.FunctionDef, list] = {}
             names = self.context.names
             for call in self._index.find(cst.Call):
-                where = next((PROCESS_STARTS[n] for n in names.of(call.func) if n in PROCESS_STARTS), None)
-                if where is None:
+                start = next((PROCESS_STARTS[n] for n in names.of(call.func) if n in PROCESS_STARTS), None)
+                if start is None:
                     continue
-                arg = kwarg(call, where[1]) or positional(call, where[0])
+                arg = kwarg(call, start.keyword) or positional(call, start.position)
                 if arg is not None and isinstance(arg.value, cst.Name):
                     function = sole_definition(self.context.scopes, arg.value, cst.FunctionDef)
                     if function is not None:
-                        found[function] = None
-            self._spawned = tuple(found)
+                        found.setdefault(function, []).append((start, arg))
+            self._spawned = found
         return self._spawned
 
     def call_sites(self, function: cst.FunctionDef) -> list[cst.Call]:

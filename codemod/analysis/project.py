@@ -1041,10 +1041,10 @@ def _calls_of(module: _Module, path: str, name: str) -> list[tuple[cst.Call, int
             for through in context.kinds.partial_calls(call.args[0].value) or ():
                 found.append((through, Partial(context.kinds.partial_of(through.func)[1]), False))
             continue
-        where = next((PROCESS_STARTS[n] for n in context.names.of(call.func) if n in PROCESS_STARTS), None)
-        if where is None:
+        start = next((PROCESS_STARTS[n] for n in context.names.of(call.func) if n in PROCESS_STARTS), None)
+        if start is None:
             continue
-        position, keyword = where
+        position, keyword = start.position, start.keyword
         target = next((a.value for a in call.args if a.keyword is not None and a.keyword.value == keyword), None)
         plain = [a.value for a in call.args if a.keyword is None and not a.star]
         if target is None and len(plain) > position:
@@ -1052,14 +1052,15 @@ def _calls_of(module: _Module, path: str, name: str) -> list[tuple[cst.Call, int
         if target is None or not names_it(target):
             continue
         args = next((a.value for a in call.args if a.keyword is not None and a.keyword.value == "args"), None)
-        if args is None and keyword == "fn" and len(plain) > 1:
+        if args is None and start.index_first and len(plain) > 1:
             args = plain[1]  # spawn(fn, args, ...)
         elements = args.elements if isinstance(args, (cst.Tuple, cst.List)) else None
         if elements is None or any(isinstance(e, cst.StarredElement) for e in elements):
             elements = [cst.StarredElement(cst.Name("args"))]
         # The elements themselves, so that each stays a node of the importer's tree.
         arguments = [cst.Arg(e.value, star="*" if isinstance(e, cst.StarredElement) else "") for e in elements]
-        found.append((cst.Call(target, arguments), 1 if keyword == "fn" else 0, True))
+        # the process index comes first: the call fills one parameter itself
+        found.append((cst.Call(target, arguments), 1 if start.index_first else 0, True))
     return found
 
 

@@ -393,23 +393,31 @@ class StepBatches:
     def rebuilt_per_pass(self, loop: cst.For | cst.While) -> cst.CSTNode | None:
         """The statement, in a loop around `loop`, that binds what `loop` iterates: its
         batches come from an iterable made anew on each pass of that outer loop (loaders
-        built per file of a folder, per epoch); None when none is."""
+        built per file of a folder, per epoch), also where `loop` iterates a parameter and
+        the loop is around the call that passes it (`train(model, loader)` in a loop over a
+        grid of settings that builds the loader); None when none is."""
         if not isinstance(loop, cst.For):
             return None
         outer = self.index.enclosing_loops(loop)
-        todo = [iterable for iterable, _ in self.context.loaders.iterated(loop.iter, loop.target)]
+        todo = [(iterable, outer) for iterable, _ in self.context.loaders.iterated(loop.iter, loop.target)]
+        seen: set[int] = set()
         while todo:
-            iterable = todo.pop()
-            if not isinstance(iterable, cst.Name):
+            iterable, around = todo.pop()
+            if not isinstance(iterable, cst.Name) or id(iterable) in seen:
                 continue
+            seen.add(id(iterable))
             for binding in self.context.kinds.sources(iterable):
-                if not any(self.index.inside(binding.node, around) for around in outer):
+                if isinstance(binding.node, cst.Param):
+                    passed = self.context.kinds.arguments(binding.node) or ()
+                    todo += [(value, self.index.enclosing_loops(call)) for call, value in passed if value is not None]
+                    continue
+                if not any(self.index.inside(binding.node, each) for each in around):
                     continue
                 statement = self.index.statement_of(binding.node)
                 value = statement.body[0].value if isinstance(statement, cst.SimpleStatementLine) else None
                 first = positional(value, 0) if isinstance(value, cst.Call) else None
                 if first is not None and self.names.is_(value.func, *PASS_THROUGH_ITERABLES):
-                    todo.append(first.value)  # `pbar = tqdm(loader)` each epoch: the loader's
+                    todo.append((first.value, around))  # `pbar = tqdm(loader)` each epoch: the loader's
                 elif isinstance(value, cst.Call):
                     return statement
         return None
@@ -459,7 +467,8 @@ class StepBatches:
         return NotDistributable(
             loop.iter,
             f"it cannot tell where the batches of `{shown}` come from, so it cannot split them over "
-            "the ranks; use a DataLoader",
+            "the ranks; PM601 splits the batches of a DataLoader it can follow to where this file "
+            "builds it, which the loop iterates or takes with `next()` of its iterator",
         )
 
     def _step_data_reason(self, shown: str, data: StepData) -> str:

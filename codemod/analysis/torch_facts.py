@@ -1003,17 +1003,28 @@ TENSOR_COLLATES = {
     "transformers.default_data_collator",
     "transformers.data.data_collator.default_data_collator",
 }
-# Calls that run a function in new processes, by where they take it (position, keyword).
+
+
+class ProcessStart(NamedTuple):
+    """A call that runs a function in new processes: where it takes the function (position,
+    keyword), and whether each process calls it with its process index first (`mp.spawn(fn,
+    args=(a,))` runs `fn(i, a)` for i in range(nprocs))."""
+
+    position: int
+    keyword: str
+    index_first: bool
+
+
 # A process started with `spawn` or `forkserver` (CUDA needs one of them; `forkserver` is
 # Python 3.14's default on Linux) inherits no process-wide setting made before the call.
 PROCESS_STARTS = {
-    "torch.multiprocessing.spawn": (0, "fn"),
-    "torch.multiprocessing.spawn.spawn": (0, "fn"),
-    "torch.multiprocessing.start_processes": (0, "fn"),
-    "torch.multiprocessing.spawn.start_processes": (0, "fn"),
-    "torch.multiprocessing.Process": (1, "target"),
-    "multiprocessing.Process": (1, "target"),
-    "multiprocessing.context.Process": (1, "target"),
+    "torch.multiprocessing.spawn": ProcessStart(0, "fn", index_first=True),
+    "torch.multiprocessing.spawn.spawn": ProcessStart(0, "fn", index_first=True),
+    "torch.multiprocessing.start_processes": ProcessStart(0, "fn", index_first=True),
+    "torch.multiprocessing.spawn.start_processes": ProcessStart(0, "fn", index_first=True),
+    "torch.multiprocessing.Process": ProcessStart(1, "target", index_first=False),
+    "multiprocessing.Process": ProcessStart(1, "target", index_first=False),
+    "multiprocessing.context.Process": ProcessStart(1, "target", index_first=False),
 }
 # Methods of a model that do not run its forward: nn.Module's, DDP's `no_sync`, Lightning's
 # `configure_optimizers` and Hugging Face's `save_pretrained`.

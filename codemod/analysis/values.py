@@ -3216,13 +3216,16 @@ class Values:
 
     def _param_number(self, param: cst.Param) -> str | None:
         """A parameter annotated `int` or `float`; else what every call of this file passes
-        it (`Kinds.arguments`, the default where a call leaves it), or, where no call of this
+        it (`Kinds.arguments`, the default where a call leaves it); the process index a
+        process start passes first (`Loops.gets_process_index`); or, where no call of this
         file is seen, its default."""
         if param.annotation is not None:
             annotated = _annotated_number(param.annotation.annotation)
             if annotated is not None:
                 return annotated
         passed = self.kinds.arguments(param)
+        if passed is None and self.context.loops.gets_process_index(param):
+            return INT  # `mp.spawn(main, ...)` calls `main(i, ...)` in process i
         if passed is None:  # called where this file cannot see: as written, its default
             return self.number(param.default) if param.default is not None else None
         values = [value for _, value in passed]

@@ -123,7 +123,8 @@ class UnfusedOptimizer(Rule):
     (`f"cuda:{rank}"`), what a function of the file or of the project's own
     modules returns (`device = get_device()`), a parameter to what every
     call of the file passes (a function no call of the file makes is
-    reported with that reason); the parameters through
+    reported with that reason), the process index `mp.spawn(main, ...)`
+    passes as `main`'s first argument (`.to(rank)`: a CUDA ordinal); the parameters through
     factories (`build_optimizer(cfg, model.parameters())`), dicts of
     `named_parameters()`, lists filled by `append` or `extend` and added
     with `+`; another name of a model (`net = model`, `copy.deepcopy(model)`,

@@ -53,3 +53,41 @@ def test_a_progress_bar_wrapped_around_the_loader_each_epoch_is_not_a_new_loader
     source = "from tqdm import tqdm\n" + source
     result = process_source(source.encode(), "train.py", Settings(select=("PM601",), level=Level.UNSAFE))
     assert all("builds anew" not in f.message for f in result.findings), [f.message for f in result.findings]
+
+
+GRID = """\
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from loaders import make_loader
+
+
+def train(model, loader, opt, device):
+    for epoch in range(2):
+        for x, y in loader:
+            loss = F.cross_entropy(model(x.to(device)), y.to(device))
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+
+
+def main():
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    for batch_size in (8, 16):
+        train_loader = make_loader(batch_size=batch_size)
+        model = nn.Linear(8, 2).to(device)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        train(model, train_loader, opt, device)
+"""
+
+
+def test_a_loader_built_per_grid_point_and_handed_to_the_training_function_is_named_in_the_refusal():
+    """A hyperparameter search builds a loader per grid point (by a function of a library)
+    and passes it to the function that trains: the refusal names the line that builds it,
+    not "use a DataLoader"."""
+    result = process_source(GRID.encode(), "train.py", Settings(select=("PM601",), level=Level.UNSAFE))
+    (finding,) = [f for f in result.findings if f.code == "PM601"]
+    assert not finding.applied
+    built = GRID.splitlines().index("        train_loader = make_loader(batch_size=batch_size)") + 1
+    assert f"come from what line {built} builds anew on each pass of the loop around it" in finding.message
+    assert "use a DataLoader" not in finding.message
