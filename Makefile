@@ -32,7 +32,7 @@ test: setup lint
 	$(BIN)/python -m tests.parallel -n $(TEST_PROCESSES) -q $(PYTEST_ARGS)
 
 # The suite as `make test` runs it, rewriting tests/durations.json (what the longer tests
-# take, so that the processes start them first) when every test passes.
+# take, so that none that would end after the others is claimed last) when every test passes.
 durations: setup
 	$(BIN)/python -m tests.parallel -n $(TEST_PROCESSES) -q --record-durations $(PYTEST_ARGS)
 

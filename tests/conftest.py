@@ -1,9 +1,9 @@
 """Suite-wide guards: every test starts from the same process-wide state, the
 suite writes nothing into the repository, `--shuffle SEED` runs the tests in a
 random order (to show that none depends on another's leftovers), and `--claims DIR`
-shares the tests out among pytest processes (tests/parallel.py), the longest first
-(as tests/durations.json has them), so that no process is left with a long test
-while the others have finished; `--record-durations DIR` writes what each took."""
+shares the tests out among pytest processes (tests/parallel.py), none of the long
+ones (as tests/durations.json has them) last, so that no process is left with a long
+test while the others have finished; `--record-durations DIR` writes what each took."""
 
 from __future__ import annotations
 
@@ -16,6 +16,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from tests.parallel import PROCESSES_VARIABLE
 
 REPO = Path(__file__).resolve().parents[1]
 # Seconds each of the longer claim units took in a recorded run (`make durations`).
@@ -77,7 +79,7 @@ def pytest_runtestloop(session: pytest.Session) -> bool | None:
         raise session.Interrupted(f"{session.testsfailed} errors during collection")
     units = _claim_units(session.items)
     if _shuffle_seed(session.config) is None:
-        units = _longest_first(units, Path(session.config.getoption("--durations-from")))
+        units = spread_long_units(units, Path(session.config.getoption("--durations-from")))
     session.config.stash[UNIT_OF] = {item.nodeid: key for key, items in units for item in items}
     claimed = (items for key, items in units if _claim(Path(folder), key))
     current = next(claimed, None)
@@ -115,14 +117,36 @@ def _claim_units(items: list[pytest.Item]) -> list[tuple[str, list[pytest.Item]]
     return list(units.items())
 
 
-def _longest_first(units: list[tuple[str, list[pytest.Item]]], durations: Path) -> list[tuple[str, list[pytest.Item]]]:
-    """`units` with those `durations` knows in front, the longest first; the others after
-    them, in their order. Units that end at about the same time leave no process idle."""
+def spread_long_units(
+    units: list[tuple[str, list[pytest.Item]]], durations: Path
+) -> list[tuple[str, list[pytest.Item]]]:
+    """`units` in their order, but for those (as `durations` has them) that would end after
+    the run should: started when the processes have done `before` seconds of the `total`
+    together, a unit of `d` seconds ends at about (before / n + d) for n processes, after
+    the ideal end (total / n) when before + n * d > total. Those are spread evenly over the
+    units ahead of the first of them; the rest keep their order, so the tests that run
+    several processes each (torchrun's, whole scripts) stay spread among the tests that
+    run in the pytest process rather than start together, more processes than cores."""
     try:
         seconds = json.loads(durations.read_text())
     except (OSError, ValueError):
         return units
-    return sorted(units, key=lambda unit: -seconds.get(unit[0], 0.0))
+    processes = int(os.environ.get(PROCESSES_VARIABLE, "1"))
+    total = sum(seconds.get(key, 0.0) for key, _ in units)
+    before, late = 0.0, []
+    for key, items in units:
+        took = seconds.get(key, 0.0)
+        if before + processes * took > total:
+            late.append((key, items))
+        before += took
+    if not late or processes < 2:
+        return units
+    moved = {key for key, _ in late}
+    first = next(i for i, (key, _) in enumerate(units) if key in moved)
+    head, step = list(units[:first]), first / (len(late) + 1)
+    for j in reversed(range(len(late))):  # from the back, so the places before stay where they are
+        head.insert(round((j + 1) * step), late[j])
+    return head + [unit for unit in units[first:] if unit[0] not in moved]
 
 
 UNIT_OF = pytest.StashKey[dict]()  # a test's nodeid -> the key of the unit it was claimed with

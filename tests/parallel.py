@@ -5,9 +5,9 @@ or class-scoped fixture is claimed whole, so that fixture is set up once), so ea
 runs once, and a process that finishes early takes the next one. The first process
 prints as it goes; the others' output follows when they end. Each process, and what it
 starts, gets its share of the cores as torch's thread count (OMP_NUM_THREADS). With
-`--cov`, the processes' coverage is combined into one report. The processes claim the
-units that tests/durations.json says take longest first; `--record-durations` rewrites
-that file from this run (`make durations`).
+`--cov`, the processes' coverage is combined into one report. The tests that
+tests/durations.json says would end after the others are claimed earlier;
+`--record-durations` rewrites that file from this run (`make durations`).
 
     python -m tests.parallel [-n PROCESSES] [--record-durations] [PYTEST_ARGS...]
 
@@ -26,6 +26,9 @@ import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+# How many pytest processes share the suite, in each one's environment (tests/conftest.py
+# spreads the long tests over the run by it).
+PROCESSES_VARIABLE = "PERFMOD_TEST_PROCESSES"
 DURATIONS = REPO / "tests" / "durations.json"
 # Units shorter than this are left out of the file: their order hardly changes when the run ends.
 LISTED_SECONDS = 1.0
@@ -95,6 +98,7 @@ def main(argv: list[str] | None = None) -> int:
         for k in range(processes):
             # unbuffered: the first process's progress shows as it goes, also when written to a file
             env = dict(os.environ, COVERAGE_FILE=str(work / f".coverage.{k}"), PYTHONUNBUFFERED="1")
+            env[PROCESSES_VARIABLE] = str(processes)
             env.setdefault("OMP_NUM_THREADS", str(threads))
             log = None if k == 0 else work / f"process{k}.log"
             command = pytest_command(claims, work, k, pytest_args)

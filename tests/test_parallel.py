@@ -11,6 +11,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.conftest import spread_long_units
+from tests.parallel import PROCESSES_VARIABLE
+
 REPO = Path(__file__).resolve().parents[1]
 PASSING = "import pytest\n\n\n@pytest.mark.parametrize('k', range({n}))\ndef test_{name}(k):\n    pass\n"
 
@@ -102,14 +105,23 @@ def test_a_process_goes_on_past_what_another_claimed_into_another_folder(tmp_pat
     assert re.findall(r"^PASSED (\S+)", done.stdout, re.M) == ["a/test_one.py::test_one", "c/test_three.py::test_three"]
 
 
-def test_the_units_the_durations_file_names_are_claimed_longest_first(tmp_path):
+UNITS = [f"test_{name}.py::test_{name}[{k}]" for name in ("alpha", "beta", "gamma", "delta") for k in range(3)]
+
+
+def test_a_long_test_that_would_end_after_the_others_is_claimed_earlier(tmp_path, monkeypatch):
+    """delta[2] takes 20 s of the suite's 31: claimed last, one of two processes would run it
+    alone for most of the run. It goes halfway into the tests before it; the others keep
+    their order. With one process, or no durations file, nothing moves."""
+    seconds = dict.fromkeys(UNITS, 1.0) | {"test_delta.py::test_delta[2]": 20.0}
     durations = tmp_path / "durations.json"
-    durations.write_text('{"test_delta.py::test_delta[2]": 9.0, "test_gamma.py::test_gamma[0]": 5.0}')
-    done = run(tmp_path, "-n", "1", "-q", "-rA", f"--durations-from={durations}", *suite(tmp_path))
-    assert done.returncode == 0, done.stdout[-3000:]
-    ran = re.findall(r"^PASSED \S*?(test_\w+\.py::\S+)", done.stdout, re.M)
-    assert ran[:3] == ["test_delta.py::test_delta[2]", "test_gamma.py::test_gamma[0]", "test_alpha.py::test_alpha[0]"]
-    assert len(ran) == 12
+    durations.write_text(json.dumps(seconds))
+    units = [(key, []) for key in UNITS]
+    monkeypatch.setenv(PROCESSES_VARIABLE, "2")
+    order = [key for key, _ in spread_long_units(units, durations)]
+    assert order == [*UNITS[:6], "test_delta.py::test_delta[2]", *UNITS[6:11]]
+    assert spread_long_units(units, tmp_path / "missing.json") == units
+    monkeypatch.setenv(PROCESSES_VARIABLE, "1")
+    assert spread_long_units(units, durations) == units
 
 
 def test_each_process_records_what_its_units_took(tmp_path):
