@@ -17,11 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.parallel import PROCESSES_VARIABLE
+from tests.parallel import DURATIONS, PROCESSES_VARIABLE
 
 REPO = Path(__file__).resolve().parents[1]
-# Seconds each of the longer claim units took in a recorded run (`make durations`).
-DURATIONS = REPO / "tests" / "durations.json"
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -40,7 +38,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--durations-from",
         metavar="FILE",
         default=str(DURATIONS),
-        help="with --claims and no --shuffle, claim the units FILE says take longest first (default: %(default)s)",
+        help="with --claims and no --shuffle, claim early the units FILE says would otherwise end after the "
+        "others (default: %(default)s)",
     )
     parser.addoption(
         "--record-durations",
@@ -127,11 +126,11 @@ def spread_long_units(
     units ahead of the first of them; the rest keep their order, so the tests that run
     several processes each (torchrun's, whole scripts) stay spread among the tests that
     run in the pytest process rather than start together, more processes than cores."""
+    processes = int(os.environ.get(PROCESSES_VARIABLE, "1"))
     try:
         seconds = json.loads(durations.read_text())
     except (OSError, ValueError):
         return units
-    processes = int(os.environ.get(PROCESSES_VARIABLE, "1"))
     total = sum(seconds.get(key, 0.0) for key, _ in units)
     before, late = 0.0, []
     for key, items in units:
@@ -139,7 +138,7 @@ def spread_long_units(
         if before + processes * took > total:
             late.append((key, items))
         before += took
-    if not late or processes < 2:
+    if not late or processes < 2:  # one process ends when its last test does, whatever the order
         return units
     moved = {key for key, _ in late}
     first = next(i for i, (key, _) in enumerate(units) if key in moved)
@@ -150,13 +149,11 @@ def spread_long_units(
 
 
 UNIT_OF = pytest.StashKey[dict]()  # a test's nodeid -> the key of the unit it was claimed with
+_TEST_SECONDS: dict[str, float] = {}  # nodeid -> its setup, call and teardown together
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    _UNIT_SECONDS[report.nodeid] = _UNIT_SECONDS.get(report.nodeid, 0.0) + report.duration
-
-
-_UNIT_SECONDS: dict[str, float] = {}  # nodeid -> its setup, call and teardown together
+    _TEST_SECONDS[report.nodeid] = _TEST_SECONDS.get(report.nodeid, 0.0) + report.duration
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
@@ -165,7 +162,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     if folder is None or unit_of is None:
         return
     units: dict[str, float] = {}
-    for nodeid, seconds in _UNIT_SECONDS.items():
+    for nodeid, seconds in _TEST_SECONDS.items():
         key = unit_of.get(nodeid, nodeid)
         units[key] = units.get(key, 0.0) + seconds
     (Path(folder) / f"{os.getpid()}.json").write_text(json.dumps(units))

@@ -44,14 +44,18 @@ def pytest_command(claims: Path, work: Path, k: int, pytest_args: list[str]) -> 
 
 
 def record_durations(folder: Path) -> None:
-    """Write the seconds of the units the processes recorded in `folder`, those of at least
-    LISTED_SECONDS, to tests/durations.json (sorted by name, so its diffs read)."""
-    seconds: dict[str, float] = {}
+    """Write the seconds of the units the processes recorded in `folder` into
+    tests/durations.json: a unit run now replaces its entry, kept when it took at least
+    LISTED_SECONDS; the units not run (a run of part of the suite) keep theirs. Sorted by
+    name, so its diffs read."""
+    run: dict[str, float] = {}
     for part in folder.glob("*.json"):
-        seconds.update(json.loads(part.read_text()))
-    listed = {key: round(value, 1) for key, value in sorted(seconds.items()) if value >= LISTED_SECONDS}
-    DURATIONS.write_text(json.dumps(listed, indent=0) + "\n")
-    print(f"wrote {DURATIONS.relative_to(REPO)}: {len(listed)} units of at least {LISTED_SECONDS:.0f} s", flush=True)
+        run.update(json.loads(part.read_text()))
+    kept = json.loads(DURATIONS.read_text()) if DURATIONS.exists() else {}
+    seconds = {key: value for key, value in kept.items() if key not in run}
+    seconds.update((key, round(value, 1)) for key, value in run.items() if value >= LISTED_SECONDS)
+    DURATIONS.write_text(json.dumps(dict(sorted(seconds.items())), indent=0) + "\n")
+    print(f"wrote {DURATIONS.relative_to(REPO)}: {len(seconds)} units of at least {LISTED_SECONDS:.0f} s", flush=True)
 
 
 def combined_coverage(work: Path, processes: int) -> int:

@@ -146,3 +146,16 @@ def test_each_process_records_what_its_units_took(tmp_path):
         "test_shared.py",
     ]
     assert all(value >= 0 for value in seconds.values())
+
+
+def test_recorded_durations_replace_the_units_run_and_keep_the_others(tmp_path, monkeypatch):
+    import tests.parallel as parallel
+
+    durations = tmp_path / "durations.json"
+    durations.write_text(json.dumps({"not_run": 5.0, "now_short": 3.0}))
+    monkeypatch.setattr(parallel, "DURATIONS", durations)
+    monkeypatch.setattr(parallel, "REPO", tmp_path)
+    (tmp_path / "parts").mkdir()
+    (tmp_path / "parts" / "1.json").write_text(json.dumps({"now_short": 0.2, "new": 7.04}))
+    parallel.record_durations(tmp_path / "parts")
+    assert json.loads(durations.read_text()) == {"new": 7.0, "not_run": 5.0}
