@@ -9,6 +9,7 @@ from pathlib import Path
 
 from benchmarks import bench_gpu
 from benchmarks.bench_gpu import PARTS, Part
+from benchmarks.bench_scripts import OPTIMIZED, ORIGINAL
 
 REPO = Path(__file__).resolve().parents[1]
 STATUSES = ("ok", "error: ", "timed out", "skipped: ")
@@ -50,6 +51,12 @@ def test_every_part_starts_where_libcst_cannot_be_imported(tmp_path):
     assert "(linear_attention, scan)" in text and "(attention)" in text  # the two kernel parts
     assert done.returncode == 0
     assert (tmp_path / "out" / "bench_gpu.md").read_text() == text
+    # the acceptance part's own table (`benchmarks.acceptance` at the quick sizes: naive_rwkv at unsafe)
+    rows = [line.split(" | ") for line in text.splitlines() if line.startswith("| naive_rwkv |")]
+    assert [row[1] for row in rows] == [ORIGINAL, "rewritten (unsafe)", OPTIMIZED]
+    assert all(row[2] != "error" for row in rows), rows
+    assert rows[1][-1].startswith("agree (") and rows[2][-1].startswith("agree (")
+    assert "- `naive_rwkv` at `unsafe`: " in text and "(goal >= 0.9x: " in text
 
 
 def test_a_failing_or_slow_part_gets_its_row_and_the_next_ones_run(tmp_path, monkeypatch, capsys):
