@@ -200,6 +200,21 @@ class TrainingLoops:
         self._callees[call] = found
         return found
 
+    def callees(self, call: cst.Call) -> tuple[cst.FunctionDef, ...]:
+        """The functions of this file `call` may run: its `callee`, or, for a method called on
+        an instance of one of several classes of this file (`cb.on_step_end(...)` in a loop
+        over a list of callbacks, `Kinds.instance_classes`), the method of each class that
+        has one."""
+        one = self.callee(call)
+        if one is not None:
+            return (one,)
+        func = call.func
+        if not (isinstance(func, cst.Attribute) and func.attr.value in self._function_names):
+            return ()
+        classes = self.context.kinds.instance_classes(func.value) or ()
+        methods = (local_calls(self.context).method(cls, func.attr.value) for cls in classes)
+        return tuple(dict.fromkeys(method for method in methods if method is not None))
+
     def runs(self, call: cst.Call) -> cst.FunctionDef | None:
         """The function of this file running `call` runs: its `callee`, or the function a
         `functools.partial` it calls wraps (`step = partial(train_step, model, opt)`); for
@@ -273,8 +288,7 @@ class TrainingLoops:
         if self._call_sites is None:
             self._call_sites = {}
             for call in self._index.find(cst.Call):
-                target = self.callee(call)
-                if target is not None:
+                for target in self.callees(call):
                     self._call_sites.setdefault(target, []).append(call)
         return self._call_sites.get(function, [])
 
@@ -285,12 +299,12 @@ class TrainingLoops:
         self._functions_reached[node] = ()  # recursion: what is found so far
         found: dict[cst.FunctionDef, None] = {}
         for call in self.own_calls(node):
-            function = self.runs(call)
-            if function is None or function in found:
-                continue
-            found[function] = None
-            for inner in self.functions_reached(function.body):
-                found.setdefault(inner, None)
+            for function in self.callees(call) or _present(self.context.kinds.partial_callee(call)):
+                if function in found:
+                    continue
+                found[function] = None
+                for inner in self.functions_reached(function.body):
+                    found.setdefault(inner, None)
         result = tuple(found)
         self._functions_reached[node] = result
         return result
@@ -535,6 +549,10 @@ class TrainingLoops:
 
         around(loop, 0)
         return found
+
+
+def _present(function: cst.FunctionDef | None) -> tuple[cst.FunctionDef, ...]:
+    return (function,) if function is not None else ()
 
 
 def own_nodes(index: TreeIndex, types, node: cst.CSTNode) -> list:

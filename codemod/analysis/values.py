@@ -1926,6 +1926,27 @@ class Kinds:
         # (a parameter passed on to itself asks about its own bindings: None, not followed)
         return self._instances.get(bindings, self._compute_instance_class)
 
+    def instance_classes(self, expr: cst.BaseExpression) -> tuple[cst.ClassDef, ...] | None:
+        """The classes of this file `expr` may be an instance of: its `instance_class`, or, for
+        a name bound only as the target of loops over lists of instances of several (`for cb
+        in self.callbacks:` over `[Checkpoint(path), Janitor()]`, `listed_items`), each of
+        them. None when one value cannot be told."""
+        one = self.instance_class(expr)
+        if one is not None:
+            return (one,)
+        scope = self.scopes.get(expr) if _is_name(expr) else None
+        bindings = list(scope[expr.value]) if scope is not None else []
+        items = []
+        for binding in bindings:  # each loop that binds the name (`for cb in ...:` twice)
+            iterated = self.iterated_items(binding.node) if type(binding) is Assignment else None
+            if iterated is None:
+                return None
+            items.extend(iterated)
+        if not items:
+            return None
+        classes = [self._class_of_values([item]) for item in items]
+        return None if None in classes else tuple(dict.fromkeys(classes))
+
     def receiver_offset(self, call: cst.Call, function: cst.FunctionDef) -> int | Partial:
         """How many of `function`'s parameters `call` fills before its own arguments: 1 for
         a method of a class of this file called on an object (`obj.step(x)` fills `self`),
@@ -2323,22 +2344,41 @@ class Kinds:
         return part if len(found) == 1 else None
 
     def iterated_items(self, target: cst.CSTNode) -> list[cst.BaseExpression] | None:
-        """The items the target of `for item in items:` takes, when `items` is a list bound
-        once, to a list display, and filled only by `items.append(x)` (`contexts = []`, then
-        `contexts.append(Context(...))`); elsewhere only iterated, indexed, measured or
-        tested. None for any other binding."""
+        """The items the target of `for item in items:` takes, when `items` holds one list all
+        of whose items the code shows (`listed_items`). None for any other binding."""
         statement = self._binding_statement(target)
-        if not (_is_for(statement) and statement.target is target and _is_name(statement.iter)):
+        if not (_is_for(statement) and statement.target is target):
             return None
-        listed = statement.iter
-        scope = self.scopes.get(listed)
-        bindings = list(scope[listed.value]) if scope is not None else []
+        return self.listed_items(statement.iter)
+
+    def listed_items(self, expr: cst.BaseExpression, depth: int = 0) -> list[cst.BaseExpression] | None:
+        """Every item of the list `expr` holds: a list display, or a name bound once to one and
+        filled only by `items.append(x)` (`contexts = []`, then `contexts.append(Context(...))`),
+        elsewhere only iterated, indexed, measured, tested or handed to a function or class of
+        this file; followed through a parameter to what every call passes, and through an
+        attribute to what is assigned to it (`self.callbacks = callbacks`), where no call
+        changes a list held in an attribute of that name in place. None otherwise."""
+        if depth > MAX_NAMESPACE_DEPTH:
+            return None
+        if isinstance(expr, cst.List):
+            starred = any(isinstance(e, cst.StarredElement) for e in expr.elements)
+            return None if starred else [element.value for element in expr.elements]
+        if _is_attribute(expr):
+            values = self.attribute_values(expr)
+            if not values or self._list_changed_in_attribute(expr.attr.value):
+                return None
+            return self._all_listed(values, depth)
+        scope = self.scopes.get(expr) if _is_name(expr) else None
+        bindings = list(scope[expr.value]) if scope is not None else []
         if len(bindings) != 1 or type(bindings[0]) is not Assignment:
             return None
-        display = self._context.bindings.assigned_value(bindings[0])
-        if not isinstance(display, cst.List) or any(isinstance(e, cst.StarredElement) for e in display.elements):
+        if isinstance(bindings[0].node, cst.Param):
+            passed = self.passed(bindings[0].node)
+            items = self._all_listed(passed, depth) if passed else None
+        else:
+            items = self.listed_items(self._context.bindings.assigned_value(bindings[0]), depth + 1)
+        if items is None:
             return None
-        items = [element.value for element in display.elements]
         for access in bindings[0].references:
             parent = self.parents.get(access.node)
             call = self.parents.get(parent)
@@ -2350,13 +2390,49 @@ class Kinds:
                 if isinstance(call, (cst.AssignTarget, cst.Del)):
                     return None  # `items[0] = other`
             elif isinstance(parent, cst.Arg):
-                if not (isinstance(call, cst.Call) and self.names.is_(call.func, "len", "builtins.len")):
+                if not (
+                    isinstance(call, cst.Call)
+                    and (
+                        self.names.is_(call.func, "len", "builtins.len")
+                        or self._local_callee(call.func) is not None
+                        or self.local_class(call.func) is not None
+                    )
+                ):
                     return None  # handed to a call that may change it
+            elif isinstance(parent, cst.Assign) and parent.value is access.node:
+                stored = [target.target for target in parent.targets]
+                if not all(
+                    _is_attribute(target) and not self._list_changed_in_attribute(target.attr.value)
+                    for target in stored
+                ):
+                    return None  # `self.callbacks = callbacks` only, where nothing changes it in place
             elif not isinstance(
                 parent, (cst.For, cst.CompFor, cst.UnaryOperation, cst.If, cst.BooleanOperation, cst.Comparison)
             ):
                 return None
         return items
+
+    def _all_listed(self, values: list[cst.BaseExpression], depth: int) -> list[cst.BaseExpression] | None:
+        found = []
+        for value in values:
+            items = self.listed_items(value, depth + 1)
+            if items is None:
+                return None
+            found.extend(items)
+        return found
+
+    def _list_changed_in_attribute(self, name: str) -> bool:
+        """Does a call change a list held in an attribute called `name` in place
+        (`trainer.callbacks.append(cb)`, `self.callbacks[0] = cb`)?"""
+        for attribute in self.index.find(cst.Attribute):
+            if attribute.attr.value != name:
+                continue
+            parent = self.parents.get(attribute)
+            if isinstance(parent, cst.Attribute) and parent.attr.value in MUTATING_METHODS:
+                return True
+            if isinstance(parent, cst.Subscript) and isinstance(self.parents.get(parent), (cst.AssignTarget, cst.Del)):
+                return True
+        return False
 
     def attribute_origins(self, expr: cst.Attribute) -> list[tuple[FileContext, cst.BaseExpression]] | None:
         """What `obj.<attr>` may hold, each value with the file it is written in: the values

@@ -1,0 +1,158 @@
+"""Calls that may run one of several methods: a trainer that calls each of its callbacks
+(`for cb in self.callbacks: cb.on_step_end(self, step, loss)`), where the list holds
+instances of several classes of the file. The step model reaches each class's method,
+so that every rule sees what a callback does on every step; where the list's items are
+not all known (appended elsewhere, built by code perfmod does not read), nothing is
+claimed."""
+
+from __future__ import annotations
+
+import textwrap
+
+import libcst as cst
+import pytest
+
+from codemod.context import FileContext
+
+TRAINER = """\
+import gc
+import torch
+import torch.nn as nn
+
+
+class Callback:
+    def on_step_end(self, trainer, step):
+        pass
+
+    def on_train_end(self, trainer):
+        pass
+
+
+class Checkpoint(Callback):
+    def __init__(self, path):
+        self.path = path
+
+    def on_step_end(self, trainer, step):
+        torch.save(trainer.model.state_dict(), self.path)
+
+
+class Janitor(Callback):
+    def on_step_end(self, trainer, step):
+        gc.collect()
+
+
+class Printer:
+    def on_step_end(self, trainer, step):
+        print(step)
+
+    def on_train_end(self, trainer):
+        print("done")
+
+
+class Trainer:
+    def __init__(self, model, callbacks):
+        self.model = model
+        self.opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        self.callbacks = callbacks
+
+    def fit(self, steps):
+        for step in range(steps):
+            loss = self.model(torch.randn(4, 8)).square().mean()
+            self.opt.zero_grad()
+            loss.backward()
+            self.opt.step()
+            for cb in self.callbacks:
+                cb.on_step_end(self, step)
+        for cb in self.callbacks:
+            cb.on_train_end(self)
+
+
+def main():
+    callbacks = [Checkpoint("last.pt"), Janitor(), Printer()]
+    trainer = Trainer(nn.Linear(8, 1), callbacks)
+    trainer.fit(5)
+"""
+
+
+def context(code: str) -> FileContext:
+    return FileContext.of_source(textwrap.dedent(code))
+
+
+def call_of(ctx: FileContext, code: str) -> cst.Call:
+    return next(c for c in ctx.index.find(cst.Call) if ctx.source(c) == code)
+
+
+def owners(ctx: FileContext, code: str) -> list[str]:
+    """`Class.method` of each function the call may run."""
+    found = []
+    for function in ctx.loops.callees(call_of(ctx, code)):
+        classdef = ctx.kinds.class_of(function)
+        found.append(f"{classdef.name.value}.{function.name.value}")
+    return sorted(found)
+
+
+def test_a_call_on_each_callback_of_a_list_runs_the_method_of_each_class():
+    ctx = context(TRAINER)
+    assert owners(ctx, "cb.on_step_end(self, step)") == [
+        "Checkpoint.on_step_end",
+        "Janitor.on_step_end",
+        "Printer.on_step_end",
+    ]
+    # a class that does not override the method runs its base's
+    assert owners(ctx, "cb.on_train_end(self)") == ["Callback.on_train_end", "Printer.on_train_end"]
+
+
+def test_what_a_callback_does_runs_on_every_step_of_the_loop_that_calls_it():
+    ctx = context(TRAINER)
+    loop = ctx.loops.step_loops[0]
+    for code in ("torch.save(trainer.model.state_dict(), self.path)", "gc.collect()"):
+        sites = ctx.loops.runs_in(call_of(ctx, code))
+        assert [site.loop for site in sites] == [loop], code
+        assert [ctx.source(call) for call in sites[0].calls] == ["cb.on_step_end(self, step)"]
+    assert ctx.loops.runs_in(call_of(ctx, 'print("done")')) == ()
+    reached = {function.name.value for function in ctx.loops.functions_reached(loop.body)}
+    assert reached == {"on_step_end"}
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        # the list grows elsewhere, with anything
+        ("    trainer.fit(5)", "    trainer.callbacks.append(make_callback())\n    trainer.fit(5)"),
+        ("    trainer.fit(5)", "    trainer.callbacks[0] = make_callback()\n    trainer.fit(5)"),
+        # an item perfmod cannot tell
+        ("Janitor(), Printer()]", "Janitor(), make_callback()]"),
+        ("Janitor(), Printer()]", "Janitor(), *extra]"),
+        # the list comes from code perfmod does not read
+        ('    callbacks = [Checkpoint("last.pt"), Janitor(), Printer()]', "    callbacks = make_callbacks()"),
+        # the trainer is also built with a list perfmod cannot tell
+        ("    trainer.fit(5)", "    trainer.fit(5)\n    Trainer(nn.Linear(8, 1), make_callbacks()).fit(5)"),
+        # the list is handed to code that may change it
+        ("    trainer = Trainer(", "    register(callbacks)\n    trainer = Trainer("),
+    ],
+)
+def test_a_list_whose_items_are_not_all_known_runs_no_method_perfmod_would_claim(change):
+    old, new = change
+    assert old in TRAINER
+    ctx = context(TRAINER.replace(old, new))
+    assert ctx.loops.callees(call_of(ctx, "cb.on_step_end(self, step)")) == ()
+    assert ctx.loops.runs_in(call_of(ctx, "gc.collect()")) == ()
+
+
+def test_a_list_filled_by_append_where_it_is_built_is_known():
+    ctx = context(
+        TRAINER.replace(
+            '    callbacks = [Checkpoint("last.pt"), Janitor(), Printer()]',
+            '    callbacks = [Checkpoint("last.pt")]\n    callbacks.append(Janitor())',
+        )
+    )
+    assert owners(ctx, "cb.on_step_end(self, step)") == ["Checkpoint.on_step_end", "Janitor.on_step_end"]
+
+
+def test_a_class_without_the_method_adds_no_callee():
+    ctx = context(
+        TRAINER.replace(
+            "class Printer:\n    def on_step_end(self, trainer, step):\n        print(step)\n", "class Printer:\n"
+        )
+    )
+    assert owners(ctx, "cb.on_step_end(self, step)") == ["Checkpoint.on_step_end", "Janitor.on_step_end"]
