@@ -202,8 +202,9 @@ class HostReads:
     ) -> list[tuple[cst.Call, cst.Call]]:
         """(read, call) for each read in a function of the file (or project) that `loop`
         runs on every step (an evaluation helper, a step method), with the first call on
-        the way from the loop; a function called only under a periodic `if` runs at log
-        time and is left out, and so is the inner call of `x.cpu().item()`."""
+        the way from the loop; a function called only under a periodic `if`, or a read
+        under one in its function, runs at log time and is left out, and so is the inner
+        call of `x.cpu().item()`."""
         steps = self.file.context.loops
         scan = StepReads(self.file, loop, [], kept)
         found = []
@@ -213,6 +214,8 @@ class HostReads:
                     continue
                 if any(isinstance(o, cst.Call) and scan.read_kind(o) is not None for o in scan.chain_above(read)):
                     continue  # the outer call of `x.cpu().item()` is the one reported
+                if scan.log_branch(read, function) is not None:
+                    continue  # the function reads it only at log time (`if step % every == 0:` in it)
                 sites = [site for site in steps.runs_in(read) if site.loop is loop and scan.every_step(site)]
                 if sites:
                     found.append((read, sites[0].calls[0]))

@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, NamedTuple
 import libcst as cst
 
 from codemod.analysis import match as m
+from codemod.analysis.bindings import argument_for
 from codemod.analysis.local_calls import local_calls
 from codemod.analysis.names import is_main_guard, kwarg, method_name, plain_code, positional, sole_definition
 from codemod.analysis.torch_facts import GRAD_SCALER_NAMES, PROCESS_STARTS
@@ -180,7 +181,8 @@ class TrainingLoops:
         that is the name's only binding, `receiver.method(...)` on an instance of a class
         of this file (`Kinds.instance_class`: `self`, a name or attribute that holds one,
         a parameter every call passes one) that defines the method or inherits it from
-        its bases in this file; the closure a function of this file returns (`step =
+        its bases in this file; an instance of such a class called (`self("after_step")`:
+        its `__call__`); the closure a function of this file returns (`step =
         make_step(model)`, `step(x)`: `Kinds.returned_closure`)."""
         if call in self._callees:
             return self._callees[call]
@@ -195,25 +197,52 @@ class TrainingLoops:
             else:
                 cls = self.context.kinds.instance_class(func.value)
                 found = local_calls(self.context).method(cls, name) if cls is not None else None
+        if found is None and "__call__" in self._function_names and isinstance(func, (cst.Name, cst.Attribute)):
+            cls = self.context.kinds.instance_class(func)  # `self("after_step")`: its class's `__call__`
+            found = local_calls(self.context).method(cls, "__call__") if cls is not None else None
         if found is None:
             found = self.context.kinds.returned_closure(func)
         self._callees[call] = found
         return found
 
     def callees(self, call: cst.Call) -> tuple[cst.FunctionDef, ...]:
-        """The functions of this file `call` may run: its `callee`, or, for a method called on
-        an instance of one of several classes of this file (`cb.on_step_end(...)` in a loop
-        over a list of callbacks, `Kinds.instance_classes`), the method of each class that
-        has one."""
+        """The functions of this file `call` may run: its `callee` and the methods that callee
+        looks up by a name this call gives it (`_dispatched`); or, for a method called on an
+        instance of one of several classes of this file (`cb.on_step_end(...)` in a loop over
+        a list of callbacks, `Kinds.instance_classes`), the method of each class that has one."""
         one = self.callee(call)
         if one is not None:
-            return (one,)
+            return (one, *self._dispatched(call, one))
         func = call.func
         if not (isinstance(func, cst.Attribute) and func.attr.value in self._function_names):
             return ()
         classes = self.context.kinds.instance_classes(func.value) or ()
         methods = (local_calls(self.context).method(cls, func.attr.value) for cls in classes)
         return tuple(dict.fromkeys(method for method in methods if method is not None))
+
+    def _dispatched(self, call: cst.Call, function: cst.FunctionDef) -> tuple[cst.FunctionDef, ...]:
+        """The methods `function` runs by name when `call` runs it: where it calls each of its
+        callbacks' method named by one of its parameters (`getattr(cb, event)(...)`, `fn =
+        getattr(cb, event, None)`), the method of that name, as `call` spells it in a string
+        (`self.fire("on_step_end", ...)`), of each class its callbacks may be instances of."""
+        found: dict[cst.FunctionDef, None] = {}
+        kinds, offset = self.context.kinds, None
+        for lookup in self.own_calls(function.body):
+            if not (self.context.names.is_(lookup.func, "builtins.getattr") and len(lookup.args) >= 2):
+                continue
+            named = lookup.args[1].value
+            bound = self.context.bindings.param_of(named) if isinstance(named, cst.Name) else None
+            if bound is None or bound[0] is not function:
+                continue
+            offset = kinds.receiver_offset(call, function) if offset is None else offset
+            event = argument_for(call, function, bound[1], offset)
+            if not isinstance(event, cst.SimpleString):
+                continue
+            for cls in kinds.instance_classes(lookup.args[0].value) or ():
+                method = local_calls(self.context).method(cls, event.evaluated_value)
+                if method is not None:
+                    found[method] = None
+        return tuple(found)
 
     def runs(self, call: cst.Call) -> cst.FunctionDef | None:
         """The function of this file running `call` runs: its `callee`, or the function a

@@ -657,6 +657,8 @@ MUTATING_METHODS = frozenset(
     "append extend insert pop remove clear sort reverse update setdefault popitem add discard "
     "difference_update intersection_update symmetric_difference_update __setitem__ __delitem__".split()
 )
+# Methods that change only the order of a list's items, not which items it holds.
+ORDER_ONLY_METHODS = frozenset({"sort", "reverse"})
 # Python's modules whose functions run on the host only: a call of one queues no device work.
 HOST_ONLY_MODULES = (
     "builtins",

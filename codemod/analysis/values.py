@@ -159,6 +159,7 @@ from codemod.analysis.torch_facts import (
     MUTATING_METHODS,
     NOT_SAME_PLACE_METHODS,
     NOT_TENSOR_FUNCTIONS,
+    ORDER_ONLY_METHODS,
     PASS_THROUGH_ITERABLES,
     READ_ONLY_FUNCTIONS,
     READ_ONLY_METHODS,
@@ -333,6 +334,8 @@ CONTAINERS = (Kind.TENSOR, Kind.BATCH)  # what a list, tuple or dict of them is:
 FUNCTIONS = (cst.FunctionDef, cst.Lambda)
 STATIC = ("staticmethod", "classmethod")
 MAX_NAMESPACE_DEPTH = 4  # names an options namespace or a config object is followed through
+MAX_LIST_DEPTH = 8  # names, parameters, attributes and copies a list is followed through
+ITEM_COPIES = LIST_BUILDERS | TUPLE_BUILDERS  # `list(x)`, `sorted(x)`, `tuple(x)`: x's items (some of them)
 # The methods through which assigning or reading one attribute may run code of the class.
 HOOKED_ACCESS = frozenset({"__setattr__", "__getattr__", "__getattribute__", "__delattr__"})
 
@@ -1926,36 +1929,44 @@ class Kinds:
         # (a parameter passed on to itself asks about its own bindings: None, not followed)
         return self._instances.get(bindings, self._compute_instance_class)
 
-    def instance_classes(self, expr: cst.BaseExpression) -> tuple[cst.ClassDef, ...] | None:
+    def instance_classes(self, expr: cst.BaseExpression, depth: int = 0) -> tuple[cst.ClassDef, ...] | None:
         """The classes of this file `expr` may be an instance of: its `instance_class`, or, for
         a name bound only as the target of loops over lists of instances of several (`for cb
-        in self.callbacks:` over `[Checkpoint(path), Janitor()]`, `listed_items`), each of
-        them. None when one value cannot be told."""
+        in self.callbacks:` over `[Checkpoint(path), Janitor()]`, `listed_items`) or as a
+        parameter given such instances, each of them. None when one value cannot be told."""
         one = self.instance_class(expr)
         if one is not None:
             return (one,)
-        scope = self.scopes.get(expr) if _is_name(expr) else None
+        scope = self.scopes.get(expr) if _is_name(expr) and depth <= MAX_LIST_DEPTH else None
         bindings = list(scope[expr.value]) if scope is not None else []
         items = []
         for binding in bindings:  # each loop that binds the name (`for cb in ...:` twice)
-            iterated = self.iterated_items(binding.node) if type(binding) is Assignment else None
-            if iterated is None:
+            node = binding.node if type(binding) is Assignment else None
+            found = self.iterated_items(node) if node is not None else None
+            if found is None and isinstance(node, cst.Param):
+                found = self.passed(node)
+            if found is None:
                 return None
-            items.extend(iterated)
-        if not items:
-            return None
-        classes = [self._class_of_values([item]) for item in items]
-        return None if None in classes else tuple(dict.fromkeys(classes))
+            items.extend(found)
+        classes = []
+        for item in items:
+            found = self.instance_classes(item, depth + 1) if _is_name(item) else _one(self._class_of_values([item]))
+            if found is None:
+                return None
+            classes.extend(found)
+        return tuple(dict.fromkeys(classes)) or None
 
     def receiver_offset(self, call: cst.Call, function: cst.FunctionDef) -> int | Partial:
         """How many of `function`'s parameters `call` fills before its own arguments: 1 for
-        a method of a class of this file called on an object (`obj.step(x)` fills `self`),
-        0 for a function or a static method; for a call of a `functools.partial` of
+        a method of a class of this file called on an object (`obj.step(x)` fills `self`, as
+        `obj(x)` does for its `__call__`), 0 for a function or a static method; for a call of a `functools.partial` of
         `function`, the `Partial` whose arguments come first."""
         wrapped = self.partial_of(call.func)
         func = wrapped[0] if wrapped is not None else call.func
         params = function.params.params
-        offset = int(isinstance(func, cst.Attribute) and bool(params) and self.self_class(params[0]) is not None)
+        # `obj.step(x)` fills `self`, and so does `obj(x)` running the class's `__call__`
+        bound = isinstance(func, cst.Attribute) or function.name.value == "__call__"
+        offset = int(bound and bool(params) and self.self_class(params[0]) is not None)
         return Partial(wrapped[1], offset) if wrapped is not None else offset
 
     def self_class(self, param: cst.Param) -> cst.ClassDef | None:
@@ -2352,23 +2363,46 @@ class Kinds:
         return self.listed_items(statement.iter)
 
     def listed_items(self, expr: cst.BaseExpression, depth: int = 0) -> list[cst.BaseExpression] | None:
-        """Every item of the list `expr` holds: a list display, or a name bound once to one and
-        filled only by `items.append(x)` (`contexts = []`, then `contexts.append(Context(...))`),
-        elsewhere only iterated, indexed, measured, tested or handed to a function or class of
-        this file; followed through a parameter to what every call passes, and through an
-        attribute to what is assigned to it (`self.callbacks = callbacks`), where no call
-        changes a list held in an attribute of that name in place. None otherwise."""
-        if depth > MAX_NAMESPACE_DEPTH:
+        """Every item of the list (or tuple) `expr` holds, where the code shows them all: a
+        display (`[a, b]`, `(a, *rest)`), a copy (`list(x)`, `tuple(x)`, `sorted(x)`), `a + b`,
+        `x or []` (None holds none); a name bound once to one, changed only by `append`,
+        `extend`, `sort` or `reverse` and otherwise only iterated, indexed, measured, tested,
+        stored in attributes or handed to a function or class of this file; a parameter:
+        what every call passes; an attribute: what is assigned to it and appended to it on an
+        instance of its class (`self.hooks = []`, `self.hooks.append(h)`). None otherwise."""
+        if depth > MAX_LIST_DEPTH:
             return None
-        if isinstance(expr, cst.List):
-            starred = any(isinstance(e, cst.StarredElement) for e in expr.elements)
-            return None if starred else [element.value for element in expr.elements]
+        if isinstance(expr, (cst.List, cst.Tuple)):
+            items = []
+            for element in expr.elements:
+                inner = (
+                    self.listed_items(element.value, depth + 1)
+                    if isinstance(element, cst.StarredElement)
+                    else [element.value]
+                )
+                if inner is None:
+                    return None
+                items += inner
+            return items
+        if isinstance(expr, cst.BinaryOperation) and isinstance(expr.operator, cst.Add):
+            return self._all_listed([expr.left, expr.right], depth)
+        if isinstance(expr, cst.BooleanOperation) and isinstance(expr.operator, cst.Or):
+            return self._all_listed([expr.left, expr.right], depth)  # `callbacks or []`
+        if isinstance(expr, cst.Call):
+            copied = expr.args[0] if expr.args else None
+            if copied is None or copied.keyword or copied.star or not self.names.of(expr.func) & ITEM_COPIES:
+                return None
+            return self.listed_items(copied.value, depth + 1)
         if _is_attribute(expr):
             values = self.attribute_values(expr)
-            if not values or self._list_changed_in_attribute(expr.attr.value):
-                return None
-            return self._all_listed(values, depth)
-        scope = self.scopes.get(expr) if _is_name(expr) else None
+            appended = self._appended_to_attribute(expr)
+            items = self._all_listed(values, depth) if values and appended is not None else None
+            return items + appended if items is not None else None
+        if not _is_name(expr):
+            return None
+        if expr.value == "None":
+            return []  # `callbacks or []` with `callbacks=None`: iterating None raises, it runs nothing
+        scope = self.scopes.get(expr)
         bindings = list(scope[expr.value]) if scope is not None else []
         if len(bindings) != 1 or type(bindings[0]) is not Assignment:
             return None
@@ -2380,37 +2414,42 @@ class Kinds:
         if items is None:
             return None
         for access in bindings[0].references:
-            parent = self.parents.get(access.node)
-            call = self.parents.get(parent)
-            if isinstance(parent, cst.Attribute) and parent.value is access.node:
-                if not (parent.attr.value == "append" and isinstance(call, cst.Call) and len(call.args) == 1):
-                    return None  # `extend`, `insert`, `sort`, ...: not followed
-                items.append(call.args[0].value)
-            elif isinstance(parent, cst.Subscript):
-                if isinstance(call, (cst.AssignTarget, cst.Del)):
-                    return None  # `items[0] = other`
-            elif isinstance(parent, cst.Arg):
-                if not (
-                    isinstance(call, cst.Call)
-                    and (
-                        self.names.is_(call.func, "len", "builtins.len")
-                        or self._local_callee(call.func) is not None
-                        or self.local_class(call.func) is not None
-                    )
-                ):
-                    return None  # handed to a call that may change it
-            elif isinstance(parent, cst.Assign) and parent.value is access.node:
-                stored = [target.target for target in parent.targets]
-                if not all(
-                    _is_attribute(target) and not self._list_changed_in_attribute(target.attr.value)
-                    for target in stored
-                ):
-                    return None  # `self.callbacks = callbacks` only, where nothing changes it in place
-            elif not isinstance(
-                parent, (cst.For, cst.CompFor, cst.UnaryOperation, cst.If, cst.BooleanOperation, cst.Comparison)
-            ):
+            added = self._listed_use(access.node, depth)
+            if added is None:
                 return None
+            items += added
         return items
+
+    def _listed_use(self, node: cst.Name, depth: int) -> list[cst.BaseExpression] | None:
+        """The items a use of a list's name adds to it (`items.append(x)`: `[x]`), `[]` for a
+        use that adds none and removes none; None for one that may (`items.pop()`,
+        `items[0] = x`, handed to a call that may change it)."""
+        parent = self.parents.get(node)
+        holder = self.parents.get(parent)
+        if isinstance(parent, cst.Attribute) and parent.value is node:
+            method = parent.attr.value
+            one = isinstance(holder, cst.Call) and holder.func is parent and len(holder.args) == 1
+            if method == "append" and one:
+                return [holder.args[0].value]
+            if method == "extend" and one:
+                return self.listed_items(holder.args[0].value, depth + 1)
+            return [] if method in ORDER_ONLY_METHODS and isinstance(holder, cst.Call) else None
+        if isinstance(parent, cst.Subscript):
+            return None if isinstance(holder, (cst.AssignTarget, cst.Del)) else []
+        if isinstance(parent, cst.Arg):
+            kept = isinstance(holder, cst.Call) and (
+                self.names.is_(holder.func, "len", "builtins.len")
+                or self.names.of(holder.func) & ITEM_COPIES
+                or method_name(holder) == "extend"  # `hooks.extend(items)` copies the items out
+                or self._local_callee(holder.func) is not None
+                or self.local_class(holder.func) is not None
+            )
+            return [] if kept else None
+        if isinstance(parent, cst.Assign) and parent.value is node:
+            # `self.callbacks = callbacks`: the attribute's own appends are its reader's to follow
+            return [] if all(_is_attribute(target.target) for target in parent.targets) else None
+        kept = (cst.For, cst.CompFor, cst.UnaryOperation, cst.If, cst.BooleanOperation, cst.Comparison)
+        return [] if isinstance(parent, kept) else None
 
     def _all_listed(self, values: list[cst.BaseExpression], depth: int) -> list[cst.BaseExpression] | None:
         found = []
@@ -2421,18 +2460,30 @@ class Kinds:
             found.extend(items)
         return found
 
-    def _list_changed_in_attribute(self, name: str) -> bool:
-        """Does a call change a list held in an attribute called `name` in place
-        (`trainer.callbacks.append(cb)`, `self.callbacks[0] = cb`)?"""
+    def _appended_to_attribute(self, expr: cst.Attribute) -> list[cst.BaseExpression] | None:
+        """What the file appends to the list an attribute holds, on any instance of its class
+        (`self.hooks.append(h)`, `trainer.callbacks.append(cb)`); None when a call may change
+        it otherwise (`pop`, `insert`, `self.hooks[0] = h`), or changes a list in an attribute
+        of that name on an object whose class perfmod cannot tell."""
+        name, owner = expr.attr.value, self.instance_class(expr.value)
+        appended: list[cst.BaseExpression] = []
         for attribute in self.index.find(cst.Attribute):
-            if attribute.attr.value != name:
+            if attribute.attr.value != name or attribute is expr:
                 continue
             parent = self.parents.get(attribute)
-            if isinstance(parent, cst.Attribute) and parent.attr.value in MUTATING_METHODS:
-                return True
-            if isinstance(parent, cst.Subscript) and isinstance(self.parents.get(parent), (cst.AssignTarget, cst.Del)):
-                return True
-        return False
+            changes = (isinstance(parent, cst.Attribute) and parent.attr.value in MUTATING_METHODS) or (
+                isinstance(parent, cst.Subscript) and isinstance(self.parents.get(parent), (cst.AssignTarget, cst.Del))
+            )
+            if not changes:
+                continue
+            held_by = self.instance_class(attribute.value)
+            if held_by is not None and held_by is not owner:
+                continue  # another class's list of that name
+            added = self._listed_use(attribute, 0) if held_by is not None else None
+            if added is None:
+                return None
+            appended += added
+        return appended
 
     def attribute_origins(self, expr: cst.Attribute) -> list[tuple[FileContext, cst.BaseExpression]] | None:
         """What `obj.<attr>` may hold, each value with the file it is written in: the values
@@ -2938,6 +2989,10 @@ def _method_names(classdef: cst.ClassDef) -> set[str]:
 
 def _is_init(function: cst.CSTNode | None) -> bool:
     return isinstance(function, cst.FunctionDef) and function.name.value == "__init__"
+
+
+def _one(classdef: cst.ClassDef | None) -> tuple[cst.ClassDef, ...] | None:
+    return (classdef,) if classdef is not None else None
 
 
 def _decorated(function: cst.FunctionDef, names) -> bool:

@@ -156,3 +156,100 @@ def test_a_class_without_the_method_adds_no_callee():
         )
     )
     assert owners(ctx, "cb.on_step_end(self, step)") == ["Checkpoint.on_step_end", "Janitor.on_step_end"]
+
+
+# -- how the callbacks get into the list --------------------------------------------------
+
+KERAS_LIST = TRAINER.replace("self.callbacks = callbacks", "self.callbacks = list(callbacks or [])").replace(
+    "def __init__(self, model, callbacks):", "def __init__(self, model, callbacks=None):"
+)
+
+
+@pytest.mark.parametrize(
+    "code",
+    [
+        KERAS_LIST,
+        TRAINER.replace("self.callbacks = callbacks", "self.callbacks = tuple(callbacks)"),
+        TRAINER.replace("self.callbacks = callbacks", "self.callbacks = [Printer()] + sorted(callbacks, key=id)"),
+        TRAINER.replace(
+            '    callbacks = [Checkpoint("last.pt"), Janitor(), Printer()]',
+            '    janitor = Janitor()\n    callbacks = (Checkpoint("last.pt"), *[janitor, Printer()])',
+        ),
+        # registered one by one on the trainer's own list (Detectron-style hooks)
+        TRAINER.replace("self.callbacks = callbacks", "self.callbacks = []\n        self.register(callbacks)").replace(
+            "    def fit(self, steps):",
+            "    def register(self, hooks):\n        for hook in hooks:\n            self.callbacks.append(hook)\n"
+            "        self.callbacks.sort(key=id)\n\n    def fit(self, steps):",
+        ),
+    ],
+    ids=["list-of-or", "tuple-copy", "concatenated", "starred-display", "appended-in-a-method"],
+)
+def test_a_list_copied_joined_or_filled_by_a_method_keeps_its_items(code):
+    ctx = context(code)
+    assert owners(ctx, "cb.on_step_end(self, step)") == [
+        "Checkpoint.on_step_end",
+        "Janitor.on_step_end",
+        "Printer.on_step_end",
+    ]
+
+
+def test_a_list_an_attribute_holds_is_not_known_where_something_else_takes_items_out():
+    code = TRAINER.replace(
+        "self.callbacks = callbacks", "self.callbacks = []\n        self.callbacks.extend(callbacks)"
+    )
+    assert owners(context(code), "cb.on_step_end(self, step)") == [
+        "Checkpoint.on_step_end",
+        "Janitor.on_step_end",
+        "Printer.on_step_end",
+    ]
+    popped = code.replace("    trainer.fit(5)", "    trainer.callbacks.pop()\n    trainer.fit(5)")
+    assert owners(context(popped), "cb.on_step_end(self, step)") == []
+
+
+# -- events fired by name -----------------------------------------------------------------
+
+FIRED = TRAINER.replace(
+    """            for cb in self.callbacks:
+                cb.on_step_end(self, step)
+        for cb in self.callbacks:
+            cb.on_train_end(self)
+""",
+    """            self.fire("on_step_end", step)
+        self.fire("on_train_end")
+
+    def fire(self, event, *args):
+        for cb in self.callbacks:
+            hook = getattr(cb, event, None)
+            if hook is not None:
+                hook(self, *args)
+""",
+)
+
+
+def test_an_event_fired_by_name_runs_that_method_of_each_callback_where_it_is_fired():
+    ctx = context(FIRED)
+    assert owners(ctx, 'self.fire("on_step_end", step)') == [
+        "Checkpoint.on_step_end",
+        "Janitor.on_step_end",
+        "Printer.on_step_end",
+        "Trainer.fire",
+    ]
+    loop = ctx.loops.step_loops[0]
+    assert [site.loop for site in ctx.loops.runs_in(call_of(ctx, "gc.collect()"))] == [loop]
+    assert ctx.loops.runs_in(call_of(ctx, 'print("done")')) == ()  # fired after the loop
+
+
+def test_an_instance_called_by_name_runs_its_call_method_and_what_it_fires():
+    code = FIRED.replace("    def fire(self, event, *args):", "    def __call__(self, event, *args):").replace(
+        'self.fire("on_step_end", step)', 'self("on_step_end", step)'
+    )
+    ctx = context(code)
+    assert "Janitor.on_step_end" in owners(ctx, 'self("on_step_end", step)')
+    assert [site.loop for site in ctx.loops.runs_in(call_of(ctx, "gc.collect()"))] == [ctx.loops.step_loops[0]]
+
+
+def test_an_event_whose_name_is_not_written_out_runs_nothing_perfmod_claims():
+    code = FIRED.replace('self.fire("on_step_end", step)', "self.fire(EVENTS[0], step)")
+    ctx = context(code)
+    assert owners(ctx, "self.fire(EVENTS[0], step)") == ["Trainer.fire"]
+    assert ctx.loops.runs_in(call_of(ctx, "gc.collect()")) == ()

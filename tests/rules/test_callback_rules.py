@@ -97,3 +97,83 @@ def test_callbacks_of_a_list_not_all_known_are_not_claimed(old, new):
     _, rewritten, findings = apply(CALLBACK_TRAINER.replace(old, new), "PM403,PM405")
     assert not [f for f in findings if f.code in ("PM403", "PM405")]
     assert "gc.collect()" in rewritten and "checkpointer" not in rewritten
+
+
+FIRED_BY_NAME = (
+    CALLBACK_TRAINER.replace(
+        """            for cb in self.callbacks:
+                cb.on_step_end(self, step, loss)
+        return losses
+""",
+        """            self._fire("on_step_end", step, loss)
+        self._fire("on_train_end")
+        return losses
+
+    def _fire(self, event, *args):
+        for cb in self.callbacks:
+            handler = getattr(cb, event, None)
+            if handler is not None:
+                handler(self, *args)
+""",
+    )
+    .replace(
+        """class Janitor(Callback):
+    def on_step_end(self, trainer, step, loss):
+        gc.collect()
+""",
+        """class Janitor(Callback):
+    def on_step_end(self, trainer, step, loss):
+        gc.collect()
+
+    def on_train_end(self, trainer):
+        gc.collect()
+
+
+class Logger:
+    def __init__(self, every):
+        self.every = every
+
+    def on_step_end(self, trainer, step, loss):
+        if step % self.every == 0:
+            print(step, loss.item())
+""",
+    )
+    .replace("[Checkpoint(path), Janitor()]", "[Checkpoint(path), Janitor(), Logger(2)]")
+)
+
+
+def test_events_fired_by_name_reach_the_callbacks_that_run_every_step_only(tmp_path, monkeypatch):
+    source, new, findings = apply(FIRED_BY_NAME, "PM403,PM404,PM405")
+    fixed = sorted((f.code, f.line) for f in findings if f.applied)
+    assert [code for code, _ in fixed] == ["PM403", "PM405"], [(f.code, f.line, f.message) for f in findings]
+    assert new.count("gc.collect()") == 1  # the one at the end of training stays
+    assert not [f for f in findings if f.code == "PM404"]  # `loss.item()` is read every other step
+    monkeypatch.setenv("CHECKPOINT_DIR", str(tmp_path))
+    assert run(new) == run(source)
+
+
+LOGGING_HELPER = """\
+def log(step, loss, every=10):
+    if step % every == 0:
+        print(step, loss.item())
+
+
+def main():
+    torch.manual_seed(0)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    model = nn.Linear(8, 1).to(device)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    for step in range(30):
+        loss = model(torch.randn(4, 8, device=device)).square().mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        log(step, loss)
+"""
+
+
+def test_a_read_a_helper_makes_only_at_log_time_is_not_every_step():
+    _, _, findings = apply(LOGGING_HELPER, "PM404")
+    assert not findings
+    _, _, findings = apply(LOGGING_HELPER.replace("    if step % every == 0:\n        print", "    print"), "PM404")
+    assert "waits for the GPU every step" in only(findings, "PM404").message

@@ -33,7 +33,7 @@ import torch.nn.functional as F
 
 def apply(code: str, select: str, level: Level = Level.UNSAFE, **config):
     source = IMPORTS + textwrap.dedent(code)
-    settings = Settings(level=level, select=(select,)).with_overrides(**config)
+    settings = Settings(level=level, select=tuple(select.split(","))).with_overrides(**config)
     result = process_source(source.encode(), "wild.py", settings)
     assert result.error is None, result.error
     again = process_source(result.new_source, "wild.py", settings)
