@@ -87,6 +87,7 @@ DEEP_COPIED_KINDS = {
     Kind.DATASET: "dataset",
 }
 # Names that say a value is a file path and not an open file.
+MAX_PATH_DEPTH = 6  # names, attributes and parameters a path is followed through
 PATH_NAME = re.compile(r"(^|_)(path|filename|fname|ckpt|checkpoint)$", re.I)
 # Names that say a value is a folder that files are written in.
 FOLDER_NAME = re.compile(r"(^|_)(dir|folder|directory|root)$", re.I)
@@ -641,27 +642,37 @@ class Checkpoints:
         calls = [i.item for i in statement.items] if isinstance(statement, cst.With) else [statement.value]
         return any(isinstance(c, cst.Call) and self.context.names.is_(c, "builtins.open", "io.open") for c in calls)
 
-    def is_path(self, expr: cst.BaseExpression) -> bool:
-        """Is `expr` certainly a path (a string or a Path), not an open file?"""
+    def is_path(self, expr: cst.BaseExpression, depth: int = 0) -> bool:
+        """Is `expr` certainly a path (a string or a Path), not an open file? Names and
+        attributes are followed to what they hold (`self.filepath` set from the `filepath`
+        every construction passes), else judged by their names (`ckpt_path`)."""
         names = self.context.names
+        if depth > MAX_PATH_DEPTH:
+            return False
         if isinstance(expr, (cst.SimpleString, cst.FormattedString, cst.ConcatenatedString)):
             return True
         if isinstance(expr, cst.BinaryOperation):  # "dir/" + name, run_dir / "last.pt", "ckpt_%d.pt" % step
-            return self.is_path(expr.left) or self.is_path(expr.right)
+            return self.is_path(expr.left, depth + 1) or self.is_path(expr.right, depth + 1)
         if isinstance(expr, cst.Call):
             if names.of(expr) & PATH_FUNCTIONS:
                 return True
             return (
                 isinstance(expr.func, cst.Attribute)
                 and expr.func.attr.value in PATH_METHODS
-                and self.is_path(expr.func.value)
+                and self.is_path(expr.func.value, depth + 1)
             )
         if isinstance(expr, cst.Attribute):
-            return bool(PATH_NAME.search(expr.attr.value))
+            if PATH_NAME.search(expr.attr.value):
+                return True
+            values = self.context.kinds.attribute_values(expr)
+            return bool(values) and all(self.is_path(value, depth + 1) for value in values)
         if isinstance(expr, cst.Name):
             bindings = self._bindings(expr)
             values = [self._assigned_value(a.node) for a in bindings]
-            if values and all(v is not None and self.is_path(v) for v in values):
+            params = [a.node for a in bindings if isinstance(a.node, cst.Param)]
+            if len(params) == 1 and len(bindings) == 1:
+                values = self.context.kinds.passed(params[0]) or [None]  # what every call passes
+            if values and all(v is not None and self.is_path(v, depth + 1) for v in values):
                 return True
             holders = [_binding_statement(self.context.parents, a.node) for a in bindings]
             opened = any(isinstance(h, (cst.With, cst.Assign)) and self._opens_file(h) for h in holders)

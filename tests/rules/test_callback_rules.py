@@ -177,3 +177,18 @@ def test_a_read_a_helper_makes_only_at_log_time_is_not_every_step():
     assert not findings
     _, _, findings = apply(LOGGING_HELPER.replace("    if step % every == 0:\n        print", "    print"), "PM404")
     assert "waits for the GPU every step" in only(findings, "PM404").message
+
+
+def test_a_path_kept_in_an_attribute_of_any_name_is_followed_to_what_the_constructions_pass():
+    named = (
+        CALLBACK_TRAINER.replace("self.path", "self.target")
+        .replace("def __init__(self, path):", "def __init__(self, where):")
+        .replace("self.target = path", "self.target = where")
+    )
+    assert "self.target = where" in named
+    _, new, findings = apply(named, "PM405")
+    assert only(findings, "PM405").applied and "checkpointer.save(" in new
+    opened = named.replace("[Checkpoint(path), Janitor()]", "[Checkpoint(open(path, 'ab')), Janitor()]")
+    _, new, findings = apply(opened, "PM405")
+    finding = only(findings, "PM405")
+    assert not finding.applied and "is a file path and not an open file" in finding.message
