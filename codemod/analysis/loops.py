@@ -100,6 +100,7 @@ class TrainingLoops:
         index = self._index = context.index
         self._parents = context.parents
         self._callees: dict[cst.Call, cst.FunctionDef | None] = {}
+        self._all_callees: dict[cst.Call, tuple[cst.FunctionDef, ...]] = {}
         self._reach: dict[cst.CSTNode, frozenset[str]] = {}
         self._functions_reached: dict[cst.CSTNode, tuple[cst.FunctionDef, ...]] = {}
         self._call_sites: dict[cst.FunctionDef, list[cst.Call]] | None = None
@@ -210,6 +211,11 @@ class TrainingLoops:
         looks up by a name this call gives it (`_dispatched`); or, for a method called on an
         instance of one of several classes of this file (`cb.on_step_end(...)` in a loop over
         a list of callbacks, `Kinds.instance_classes`), the method of each class that has one."""
+        if call not in self._all_callees:
+            self._all_callees[call] = self._find_callees(call)
+        return self._all_callees[call]
+
+    def _find_callees(self, call: cst.Call) -> tuple[cst.FunctionDef, ...]:
         one = self.callee(call)
         if one is not None:
             return (one, *self._dispatched(call, one))
