@@ -230,7 +230,8 @@ class TrainingLoops:
         """The methods `function` runs by name when `call` runs it: where it calls each of its
         callbacks' method named by one of its parameters (`getattr(cb, event)(...)`, `fn =
         getattr(cb, event, None)`), the method of that name, as `call` spells it in a string
-        (`self.fire("on_step_end", ...)`), of each class its callbacks may be instances of."""
+        (`self.fire("on_step_end", ...)`), of each class its callbacks may be instances of;
+        a lookup under an `if` (or in an `except` handler) of `function` is not followed."""
         found: dict[cst.FunctionDef, None] = {}
         kinds, offset = self.context.kinds, None
         for lookup in self.own_calls(function.body):
@@ -238,8 +239,8 @@ class TrainingLoops:
                 continue
             named = lookup.args[1].value
             bound = self.context.bindings.param_of(named) if isinstance(named, cst.Name) else None
-            if bound is None or bound[0] is not function:
-                continue
+            if bound is None or bound[0] is not function or self._index.conditions_within(lookup, function) != []:
+                continue  # (a lookup under a test of `function` runs only when that holds: not claimed)
             offset = kinds.receiver_offset(call, function) if offset is None else offset
             event = argument_for(call, function, bound[1], offset)
             if not isinstance(event, cst.SimpleString):

@@ -253,3 +253,14 @@ def test_an_event_whose_name_is_not_written_out_runs_nothing_perfmod_claims():
     ctx = context(code)
     assert owners(ctx, "self.fire(EVENTS[0], step)") == ["Trainer.fire"]
     assert ctx.loops.runs_in(call_of(ctx, "gc.collect()")) == ()
+
+
+def test_an_event_looked_up_only_under_a_test_of_the_firing_function_is_not_claimed_every_step():
+    code = FIRED.replace(
+        "        for cb in self.callbacks:\n            hook = getattr(cb, event, None)",
+        "        for cb in self.callbacks:\n            if self.verbose:\n                hook = getattr(cb, event, None)",
+    )
+    assert "if self.verbose:" in code
+    ctx = context(code)
+    assert owners(ctx, 'self.fire("on_step_end", step)') == ["Trainer.fire"]
+    assert ctx.loops.runs_in(call_of(ctx, "gc.collect()")) == ()
