@@ -2362,21 +2362,24 @@ class Kinds:
             return None
         return self.listed_items(statement.iter)
 
-    def listed_items(self, expr: cst.BaseExpression, depth: int = 0) -> list[cst.BaseExpression] | None:
+    def listed_items(
+        self, expr: cst.BaseExpression, depth: int = 0, held_in: str | None = None
+    ) -> list[cst.BaseExpression] | None:
         """Every item of the list (or tuple) `expr` holds, where the code shows them all: a
         display (`[a, b]`, `(a, *rest)`), a copy (`list(x)`, `tuple(x)`, `sorted(x)`), `a + b`,
         `x or []` (None holds none); a name bound once to one, changed only by `append`,
         `extend`, `sort` or `reverse` and otherwise only iterated, indexed, measured, tested,
         stored in attributes or handed to a function or class of this file; a parameter:
         what every call passes; an attribute: what is assigned to it and appended to it on an
-        instance of its class (`self.hooks = []`, `self.hooks.append(h)`). None otherwise."""
+        instance of its class (`self.hooks = []`, `self.hooks.append(h)`). None otherwise.
+        `held_in`: the attribute being read, whose own appends the caller counts."""
         if depth > MAX_LIST_DEPTH:
             return None
         if isinstance(expr, (cst.List, cst.Tuple)):
             items = []
             for element in expr.elements:
                 inner = (
-                    self.listed_items(element.value, depth + 1)
+                    self.listed_items(element.value, depth + 1, held_in)
                     if isinstance(element, cst.StarredElement)
                     else [element.value]
                 )
@@ -2385,18 +2388,18 @@ class Kinds:
                 items += inner
             return items
         if isinstance(expr, cst.BinaryOperation) and isinstance(expr.operator, cst.Add):
-            return self._all_listed([expr.left, expr.right], depth)
+            return self._all_listed([expr.left, expr.right], depth, held_in)
         if isinstance(expr, cst.BooleanOperation) and isinstance(expr.operator, cst.Or):
-            return self._all_listed([expr.left, expr.right], depth)  # `callbacks or []`
+            return self._all_listed([expr.left, expr.right], depth, held_in)  # `callbacks or []`
         if isinstance(expr, cst.Call):
             copied = expr.args[0] if expr.args else None
             if copied is None or copied.keyword or copied.star or not self.names.of(expr.func) & ITEM_COPIES:
                 return None
-            return self.listed_items(copied.value, depth + 1)
+            return self.listed_items(copied.value, depth + 1)  # a copy: no longer the attribute's list
         if _is_attribute(expr):
             values = self.attribute_values(expr)
             appended = self._appended_to_attribute(expr)
-            items = self._all_listed(values, depth) if values and appended is not None else None
+            items = self._all_listed(values, depth, expr.attr.value) if values and appended is not None else None
             return items + appended if items is not None else None
         if not _is_name(expr):
             return None
@@ -2408,19 +2411,19 @@ class Kinds:
             return None
         if isinstance(bindings[0].node, cst.Param):
             passed = self.passed(bindings[0].node)
-            items = self._all_listed(passed, depth) if passed else None
+            items = self._all_listed(passed, depth, held_in) if passed else None
         else:
-            items = self.listed_items(self._context.bindings.assigned_value(bindings[0]), depth + 1)
+            items = self.listed_items(self._context.bindings.assigned_value(bindings[0]), depth + 1, held_in)
         if items is None:
             return None
         for access in bindings[0].references:
-            added = self._listed_use(access.node, depth)
+            added = self._listed_use(access.node, depth, held_in)
             if added is None:
                 return None
             items += added
         return items
 
-    def _listed_use(self, node: cst.Name, depth: int) -> list[cst.BaseExpression] | None:
+    def _listed_use(self, node: cst.Name, depth: int, held_in: str | None = None) -> list[cst.BaseExpression] | None:
         """The items a use of a list's name adds to it (`items.append(x)`: `[x]`), `[]` for a
         use that adds none and removes none; None for one that may (`items.pop()`,
         `items[0] = x`, handed to a call that may change it)."""
@@ -2437,24 +2440,58 @@ class Kinds:
         if isinstance(parent, cst.Subscript):
             return None if isinstance(holder, (cst.AssignTarget, cst.Del)) else []
         if isinstance(parent, cst.Arg):
-            kept = isinstance(holder, cst.Call) and (
+            if not isinstance(holder, cst.Call) or parent.star:
+                return None
+            if (
                 self.names.is_(holder.func, "len", "builtins.len")
                 or self.names.of(holder.func) & ITEM_COPIES
                 or method_name(holder) == "extend"  # `hooks.extend(items)` copies the items out
-                or self._local_callee(holder.func) is not None
-                or self.local_class(holder.func) is not None
+            ):
+                return []
+            return self._handed_on(holder, parent, depth, held_in)
+        if isinstance(parent, cst.Assign) and parent.value is node:
+            # `self.callbacks = callbacks`, the same list under another name: kept where what is
+            # added through that attribute is counted (read through it) or nothing is
+            stored = [target.target for target in parent.targets]
+            kept = all(
+                _is_attribute(t) and (t.attr.value == held_in or self._appended_to_attribute(t) == []) for t in stored
             )
             return [] if kept else None
-        if isinstance(parent, cst.Assign) and parent.value is node:
-            # `self.callbacks = callbacks`: the attribute's own appends are its reader's to follow
-            return [] if all(_is_attribute(target.target) for target in parent.targets) else None
         kept = (cst.For, cst.CompFor, cst.UnaryOperation, cst.If, cst.BooleanOperation, cst.Comparison)
         return [] if isinstance(parent, kept) else None
 
-    def _all_listed(self, values: list[cst.BaseExpression], depth: int) -> list[cst.BaseExpression] | None:
+    def _handed_on(
+        self, call: cst.Call, arg: cst.Arg, depth: int, held_in: str | None
+    ) -> list[cst.BaseExpression] | None:
+        """What a function or class of this file that `call` hands a list to (as `arg`) adds
+        to it, through the uses of the parameter that receives it (`_listed_use`); None where
+        that is not a function of this file, or a use may take items out."""
+        classdef = self.local_class(call.func) if isinstance(call.func, cst.Name) else None
+        function = methods_of(classdef).get("__init__") if classdef is not None else self._local_callee(call.func)
+        if function is None or depth > MAX_LIST_DEPTH:
+            return None
+        offset = 1 if classdef is not None else self.receiver_offset(call, function)
+        param = _param_given(call, arg, function, offset) if isinstance(offset, int) else None
+        if param is None:
+            return None
+        scope = self.scopes.get(param.name)
+        bindings = list(scope[param.name.value]) if scope is not None else []
+        if len(bindings) != 1:
+            return None
+        added: list[cst.BaseExpression] = []
+        for access in bindings[0].references:
+            found = self._listed_use(access.node, depth + 1, held_in)
+            if found is None:
+                return None
+            added += found
+        return added
+
+    def _all_listed(
+        self, values: list[cst.BaseExpression], depth: int, held_in: str | None = None
+    ) -> list[cst.BaseExpression] | None:
         found = []
         for value in values:
-            items = self.listed_items(value, depth + 1)
+            items = self.listed_items(value, depth + 1, held_in)
             if items is None:
                 return None
             found.extend(items)
@@ -2989,6 +3026,20 @@ def _method_names(classdef: cst.ClassDef) -> set[str]:
 
 def _is_init(function: cst.CSTNode | None) -> bool:
     return isinstance(function, cst.FunctionDef) and function.name.value == "__init__"
+
+
+def _param_given(call: cst.Call, arg: cst.Arg, function: cst.FunctionDef, offset: int) -> cst.Param | None:
+    """The parameter of `function` that `arg` of `call` fills, the first `offset` filled by
+    the call itself (`self`)."""
+    params = [*function.params.posonly_params, *function.params.params, *function.params.kwonly_params]
+    if arg.keyword is not None:
+        return next((p for p in params if p.name.value == arg.keyword.value), None)
+    positional_args = [a for a in call.args if a.keyword is None]
+    if any(a.star for a in positional_args):
+        return None
+    index = offset + positional_args.index(arg)
+    positional_params = [*function.params.posonly_params, *function.params.params]
+    return positional_params[index] if index < len(positional_params) else None
 
 
 def _one(classdef: cst.ClassDef | None) -> tuple[cst.ClassDef, ...] | None:

@@ -7,12 +7,10 @@ claimed."""
 
 from __future__ import annotations
 
-import textwrap
-
-import libcst as cst
 import pytest
 
 from codemod.context import FileContext
+from tests.analysis.test_calls_into_own_objects import call_of, context
 
 TRAINER = """\
 import gc
@@ -72,14 +70,6 @@ def main():
     trainer = Trainer(nn.Linear(8, 1), callbacks)
     trainer.fit(5)
 """
-
-
-def context(code: str) -> FileContext:
-    return FileContext.of_source(textwrap.dedent(code))
-
-
-def call_of(ctx: FileContext, code: str) -> cst.Call:
-    return next(c for c in ctx.index.find(cst.Call) if ctx.source(c) == code)
 
 
 def owners(ctx: FileContext, code: str) -> list[str]:
@@ -264,3 +254,28 @@ def test_an_event_looked_up_only_under_a_test_of_the_firing_function_is_not_clai
     ctx = context(code)
     assert owners(ctx, 'self.fire("on_step_end", step)') == ["Trainer.fire"]
     assert ctx.loops.runs_in(call_of(ctx, "gc.collect()")) == ()
+
+
+def test_a_list_stored_in_an_attribute_and_added_to_through_it_is_read_whole_through_the_attribute():
+    added = (
+        TRAINER.replace(
+            "    trainer.fit(5)",
+            "    trainer.add(Printer())\n    trainer.fit(5)\n    for cb in callbacks:\n        cb.on_step_end(trainer, 0)",
+        )
+        .replace(
+            '    callbacks = [Checkpoint("last.pt"), Janitor(), Printer()]',
+            '    callbacks = [Checkpoint("last.pt"), Janitor()]',
+        )
+        .replace(
+            "    def fit(self, steps):",
+            "    def add(self, callback):\n        self.callbacks.append(callback)\n\n    def fit(self, steps):",
+        )
+    )
+    ctx = context(added)
+    assert owners(ctx, "cb.on_step_end(self, step)") == [
+        "Checkpoint.on_step_end",
+        "Janitor.on_step_end",
+        "Printer.on_step_end",
+    ]
+    # main's own name for the list does not show what the trainer added to it
+    assert owners(ctx, "cb.on_step_end(trainer, 0)") == []
