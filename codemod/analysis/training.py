@@ -526,7 +526,56 @@ class Training:
             passed = self._passed_model(expr, depth)
             if passed is not None:
                 return passed
+        if found.move is None and isinstance(expr, cst.Attribute) and depth < MAX_DEPTH:
+            called = self._model_where_called(expr, at, depth)
+            if called is not None:
+                return called
         return found
+
+    def _model_where_called(self, expr: cst.Attribute, at: cst.CSTNode, depth: int) -> Model | None:
+        """`self.model` in a method that moves it nowhere before `at`, where every call of the
+        method, on `self` in another method of its class, comes after a move of it there
+        (`self.model.to(device)`, then `self.create_optimizer()`): the model those moves place,
+        when all place it alike."""
+        root = expr
+        while isinstance(root, cst.Attribute):
+            root = root.value
+        method = self.index.first_enclosing(at, cst.FunctionDef)
+        first = method.params.params[0] if method is not None and method.params.params else None
+        if not (isinstance(root, cst.Name) and first is not None and first.name.value == root.value):
+            return None
+        if self.kinds.self_class(first) is None:
+            return None
+        models = []
+        for call in self.steps.call_sites(method):
+            receiver = call.func.value if isinstance(call.func, cst.Attribute) else None
+            caller = self.index.first_enclosing(call, cst.FunctionDef)
+            params = caller.params.params if caller is not None else ()
+            if not (isinstance(receiver, cst.Name) and params and params[0].name.value == receiver.value):
+                return None  # called on another object, or from outside the class
+            if self.kinds.self_class(params[0]) is not self.kinds.self_class(first):
+                return None
+            models.append(self.model(expr, call, depth + 1))
+        return self._one_placement(self.code(expr), models)
+
+    def _one_placement(self, code: str, models: list[Model]) -> Model | None:
+        """`code`'s model as every one of `models` (what each caller passes or has moved)
+        places it, when all place it alike; None otherwise."""
+        if not models or any(m.move is None for m in models):
+            return None
+        devices = {self.code(m.device) if m.device is not None else None for m in models}
+        if len(devices) != 1 or len({m.places for m in models}) != 1:
+            return None  # placed differently by different callers
+        first = models[0]
+        return Model(
+            code,
+            first.move,
+            first.device,
+            first.places,
+            any(m.split for m in models),
+            next((m.float64 for m in models if m.float64 is not None), None),
+            models[0].half if all(m.half is not None for m in models) else None,
+        )
 
     def _passed_model(self, name: cst.Name, depth: int) -> Model | None:
         sites = [(site, source) for site, source in self._every_binding(name)]
@@ -537,21 +586,7 @@ class Training:
             if argument is None:
                 return None
             models.append(self.model(argument, call, depth + 1))
-        if not models or any(m.move is None for m in models):
-            return None
-        devices = {self.code(m.device) if m.device is not None else None for m in models}
-        if len(devices) != 1 or len({m.places for m in models}) != 1:
-            return None  # placed differently by different callers
-        first = models[0]
-        return Model(
-            self.code(name),
-            first.move,
-            first.device,
-            first.places,
-            any(m.split for m in models),
-            next((m.float64 for m in models if m.float64 is not None), None),
-            models[0].half if all(m.half is not None for m in models) else None,
-        )
+        return self._one_placement(self.code(name), models)
 
     def _receivers(self, param: cst.Param) -> list[tuple[cst.Call, cst.BaseExpression | None]] | None:
         """For the first parameter of a method (`self`), each call of the method in this file

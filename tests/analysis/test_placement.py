@@ -11,6 +11,7 @@ from pathlib import Path
 import libcst as cst
 
 from codemod.analysis.placement import Parameters
+from codemod.analysis.values import Place
 from codemod.config import Settings
 from codemod.context import FileContext
 from codemod.engine import process_source
@@ -333,3 +334,43 @@ def test_a_parameter_made_of_a_view_or_reduction_of_a_cuda_tensor_is_on_cuda():
     found = optimizer_parameters(ctx)
     [place] = found.placed
     assert place is not None and ctx.training.device_types(place.device) == {"cuda"}
+
+
+TRAINER_BUILDS_ITS_OPTIMIZER = """
+class Trainer:
+    def __init__(self, model, device):
+        self.model = model
+        self.device = device
+
+    def create_optimizer(self):
+        return torch.optim.AdamW(self.model.parameters(), lr=1e-3)
+
+    def train(self, steps):
+        self.model.to(self.device)
+        optimizer = self.create_optimizer()
+        for _ in range(steps):
+            loss = self.model(torch.randn(4, 8, device=self.device)).sum()
+            loss.backward()
+            optimizer.step()
+            optimizer.zero_grad()
+
+
+Trainer(nn.Linear(8, 1), "cuda").train(3)
+"""
+
+
+def test_a_model_moved_before_every_call_of_the_method_that_builds_its_optimizer_is_placed_there():
+    ctx = context(TRAINER_BUILDS_ITS_OPTIMIZER)
+    [model] = optimizer_parameters(ctx).placed
+    assert model is not None and model.places == frozenset({Place.CUDA})
+    assert ctx.source(model.move) == "self.model.to(self.device)"
+
+
+def test_a_method_also_called_before_the_move_or_from_outside_the_class_is_not_placed():
+    before = TRAINER_BUILDS_ITS_OPTIMIZER.replace(
+        "        self.model.to(self.device)\n        optimizer = self.create_optimizer()",
+        "        self.create_optimizer()\n        self.model.to(self.device)\n        optimizer = self.create_optimizer()",
+    )
+    assert optimizer_parameters(context(before)).placed == [None]
+    outside = TRAINER_BUILDS_ITS_OPTIMIZER + "Trainer(nn.Linear(8, 1), 'cuda').create_optimizer()\n"
+    assert optimizer_parameters(context(outside)).placed == [None]
