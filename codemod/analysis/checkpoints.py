@@ -564,7 +564,7 @@ class Checkpoints:
             call = next((c for c in calls if self.context.loops.callee(c) is helper), None)
             if call is None:
                 continue
-            argument = argument_for(call, helper, param)
+            argument = argument_for(call, helper, param, self.context.kinds.receiver_offset(call, helper))
             if argument is None:
                 return call  # not passed where perfmod can see it
             statement = self.context.index.statement_of(call)

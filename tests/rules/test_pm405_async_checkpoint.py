@@ -17,6 +17,7 @@ import torch
 import runtime.checkpoint
 from codemod.config import Settings
 from codemod.engine import process_source
+from codemod.result import Level
 from codemod.rules.synchronous_checkpoint_in_loop import SynchronousCheckpointInLoop
 
 FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "rules" / "PM405"
@@ -251,3 +252,40 @@ def test_the_save_a_save_every_default_of_0_leaves_to_the_last_step_is_left_alon
     assert (new_source, findings) == (source, [])
     new_source, findings = rewrite(MODDED_NANOGPT.format(default=100))
     assert [f.code for f in findings] == ["PM405"] and "checkpointer" in new_source
+
+
+SAVED_BY_A_METHOD = """\
+import os
+import tempfile
+
+import torch
+import torch.nn as nn
+
+
+class Trainer:
+    def __init__(self, width, out_dir):
+        self.model = nn.Linear(width, width)
+        self.optimizer = torch.optim.SGD(self.model.parameters(), lr=0.1)
+        self.out_dir = out_dir
+
+    def save_checkpoint(self, path):
+        torch.save({"model": self.model.state_dict(), "optimizer": self.optimizer.state_dict()}, path)
+
+    def fit(self, epochs):
+        for epoch in range(epochs):
+            loss = self.model(torch.randn(4, self.model.in_features)).square().mean()
+            self.optimizer.zero_grad()
+            loss.backward()
+            self.optimizer.step()
+            self.save_checkpoint(os.path.join(self.out_dir, f"epoch_{epoch}.pt"))
+
+
+Trainer(int(os.environ.get("WIDTH", "8")), tempfile.mkdtemp()).fit(2)
+"""
+
+
+def test_a_path_a_method_is_given_is_read_from_the_argument_after_self():
+    result = process_source(SAVED_BY_A_METHOD.encode(), "train.py", Settings(select=("PM405",), level=Level.UNSAFE))
+    [finding] = [f for f in result.findings if f.code == "PM405"]
+    assert finding.applied, finding.message
+    assert "is used at line" not in finding.message
