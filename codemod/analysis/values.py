@@ -2423,10 +2423,12 @@ class Kinds:
             items += added
         return items
 
-    def _listed_use(self, node: cst.Name, depth: int, held_in: str | None = None) -> list[cst.BaseExpression] | None:
-        """The items a use of a list's name adds to it (`items.append(x)`: `[x]`), `[]` for a
-        use that adds none and removes none; None for one that may (`items.pop()`,
-        `items[0] = x`, handed to a call that may change it)."""
+    def _listed_use(
+        self, node: cst.BaseExpression, depth: int, held_in: str | None = None
+    ) -> list[cst.BaseExpression] | None:
+        """The items a use of a list (its name, or an attribute holding it) adds to it
+        (`items.append(x)`: `[x]`), `[]` for a use that adds none and removes none; None for
+        one that may (`items.pop()`, `items[0] = x`, handed to a call that may change it)."""
         parent = self.parents.get(node)
         holder = self.parents.get(parent)
         if isinstance(parent, cst.Attribute) and parent.value is node:
