@@ -669,9 +669,9 @@ class Checkpoints:
         if isinstance(expr, cst.Name):
             bindings = self._bindings(expr)
             values = [self._assigned_value(a.node) for a in bindings]
-            params = [a.node for a in bindings if isinstance(a.node, cst.Param)]
-            if len(params) == 1 and len(bindings) == 1:
-                values = self.context.kinds.passed(params[0]) or [None]  # what every call passes
+            parameter = self.context.bindings.param_of(expr)
+            if parameter is not None:
+                values = self.context.kinds.passed(parameter[1]) or [None]  # what every call passes
             if values and all(v is not None and self.is_path(v, depth + 1) for v in values):
                 return True
             holders = [_binding_statement(self.context.parents, a.node) for a in bindings]

@@ -335,7 +335,7 @@ class TrainingLoops:
         self._functions_reached[node] = ()  # recursion: what is found so far
         found: dict[cst.FunctionDef, None] = {}
         for call in self.own_calls(node):
-            for function in self.callees(call) or _present(self.context.kinds.partial_callee(call)):
+            for function in self.callees(call) or _present(self.runs(call)):
                 if function in found:
                     continue
                 found[function] = None

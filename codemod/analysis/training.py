@@ -544,11 +544,9 @@ class Training:
         first = method.params.params[0] if method is not None and method.params.params else None
         if not (isinstance(root, cst.Name) and first is not None and first.name.value == root.value):
             return None
-        if self.kinds.self_class(first) is None:
-            return None
+        receivers = self._receivers(first) if self.kinds.self_class(first) is not None else None
         models = []
-        for call in self.steps.call_sites(method):
-            receiver = call.func.value if isinstance(call.func, cst.Attribute) else None
+        for call, receiver in receivers or ():
             caller = self.index.first_enclosing(call, cst.FunctionDef)
             params = caller.params.params if caller is not None else ()
             if not (isinstance(receiver, cst.Name) and params and params[0].name.value == receiver.value):

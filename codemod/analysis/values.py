@@ -2473,7 +2473,9 @@ class Kinds:
         if function is None or depth > MAX_LIST_DEPTH:
             return None
         offset = 1 if classdef is not None else self.receiver_offset(call, function)
-        param = _param_given(call, arg, function, offset) if isinstance(offset, int) else None
+        params = [*function.params.posonly_params, *function.params.params, *function.params.kwonly_params]
+        given = (p for p in params if isinstance(offset, int) and argument_for(call, function, p, offset) is arg.value)
+        param = next(given, None)
         if param is None:
             return None
         scope = self.scopes.get(param.name)
@@ -2506,8 +2508,8 @@ class Kinds:
         of that name on an object whose class perfmod cannot tell."""
         name, owner = expr.attr.value, self.instance_class(expr.value)
         appended: list[cst.BaseExpression] = []
-        for attribute in self.index.find(cst.Attribute):
-            if attribute.attr.value != name or attribute is expr:
+        for attribute in self._attributes_named(name):
+            if attribute is expr:
                 continue
             parent = self.parents.get(attribute)
             changes = (isinstance(parent, cst.Attribute) and parent.attr.value in MUTATING_METHODS) or (
@@ -2656,12 +2658,8 @@ class Kinds:
             return self._constructions(classdef)
         if _decorated(function, STATIC) or function.decorators or name.startswith("__"):
             return None
-        if self._attributes is None:
-            self._attributes = {}
-            for node in self.index.find(cst.Attribute):
-                self._attributes.setdefault(node.attr.value, []).append(node)
         calls = []
-        for attribute in self._attributes.get(name, ()):
+        for attribute in self._attributes_named(name):
             if self.instance_class(attribute.value) is not classdef:
                 continue
             call = self.parents.get(attribute)
@@ -2673,6 +2671,14 @@ class Kinds:
                 return None  # a bound method passed as a value
             calls += [(call, self.receiver_offset(call, function)) for call in through]
         return calls or None
+
+    def _attributes_named(self, name: str) -> list[cst.Attribute]:
+        """The attribute nodes of this file named `name` (`x.name`), looked up in one table."""
+        if self._attributes is None:
+            self._attributes = {}
+            for node in self.index.find(cst.Attribute):
+                self._attributes.setdefault(node.attr.value, []).append(node)
+        return self._attributes.get(name, [])
 
     def partial_calls(self, func: cst.BaseExpression, depth: int = 0) -> list[cst.Call] | None:
         """The calls of the `functools.partial` objects that wrap the function `func` names:
@@ -3028,20 +3034,6 @@ def _method_names(classdef: cst.ClassDef) -> set[str]:
 
 def _is_init(function: cst.CSTNode | None) -> bool:
     return isinstance(function, cst.FunctionDef) and function.name.value == "__init__"
-
-
-def _param_given(call: cst.Call, arg: cst.Arg, function: cst.FunctionDef, offset: int) -> cst.Param | None:
-    """The parameter of `function` that `arg` of `call` fills, the first `offset` filled by
-    the call itself (`self`)."""
-    params = [*function.params.posonly_params, *function.params.params, *function.params.kwonly_params]
-    if arg.keyword is not None:
-        return next((p for p in params if p.name.value == arg.keyword.value), None)
-    positional_args = [a for a in call.args if a.keyword is None]
-    if any(a.star for a in positional_args):
-        return None
-    index = offset + positional_args.index(arg)
-    positional_params = [*function.params.posonly_params, *function.params.params]
-    return positional_params[index] if index < len(positional_params) else None
 
 
 def _one(classdef: cst.ClassDef | None) -> tuple[cst.ClassDef, ...] | None:
