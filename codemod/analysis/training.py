@@ -419,22 +419,43 @@ class Training:
         """A module with weights to train; loss modules (`nn.CrossEntropyLoss()`) are
         modules to Kinds but hold no parameters, so they are not models here. A
         `self.` attribute assigned a model (`self.model = model`) is one, and so is
-        what a module's `.to(device)` / `.cuda()` returns (the module itself)."""
+        what a module's `.to(device)` / `.cuda()` returns (the module itself), and a wrapper of
+        a model (`DistributedDataParallel(self.model)`, `torch.compile(model)`)."""
         if isinstance(expr, cst.Call) and method_name(expr) in ("to", "cuda") and depth < 3:
             return self.is_model(expr.func.value, depth + 1)
+        wrapped = self._wrapped_model(expr)
+        if wrapped is not None and depth < 3:
+            return self.is_model(wrapped, depth + 1)
         if not isinstance(expr, (cst.Name, cst.Attribute)):
             return False
         if self.code(expr) in self._model_expressions:
             return True
         if self.kinds.fact(expr).kind is not Kind.MODULE:
+            read = self.kinds.parameter_read(expr) if isinstance(expr, cst.Name) and depth < 3 else None
+            if read is not None:  # a parameter: what every call of its function (or class) passes
+                passed = self.kinds.passed(read[1])
+                return bool(passed) and all(self.is_model(value, depth + 1) for value in passed)
             if isinstance(expr, cst.Attribute) and depth < 3:
+                code = self.code(expr)
                 values = self.steps.values_of(expr)
-                return bool(values) and all(self.is_model(v, depth + 1) for v in values)
+                # (`self.model = DDP(self.model)` wraps whatever the other values hold)
+                others = [v for v in values or () if not self._code_is(self._wrapped_model(v), code)]
+                return bool(others) and all(self.is_model(v, depth + 1) for v in others)
             return False
         source = self._last_source(expr) if isinstance(expr, cst.Name) else None
         if isinstance(source, cst.Call) and self._is_loss_module(source):
             return False
         return not (isinstance(expr, cst.Name) and self._holds_loss_module(expr))
+
+    def _wrapped_model(self, expr: cst.BaseExpression) -> cst.BaseExpression | None:
+        """The module a model wrapper wraps (`DistributedDataParallel(model)`, `torch.compile(m)`)."""
+        if not (isinstance(expr, cst.Call) and self.names.of(expr.func) & MODEL_WRAPPERS):
+            return None
+        wrapped = kwarg(expr, "module") or kwarg(expr, "model") or positional(expr, 0)
+        return wrapped.value if wrapped is not None else None
+
+    def _code_is(self, expr: cst.BaseExpression | None, code: str) -> bool:
+        return expr is not None and self.code(expr) == code
 
     def _holds_loss_module(self, name: cst.Name, depth: int = 0) -> bool:
         """Does every value `name` may hold come from a loss module's construction (a
@@ -467,24 +488,29 @@ class Training:
             return self.kinds.fact(call).kind not in NOT_FORWARD_RESULTS
         if self.names.startswith(func, ("torch",)) or self._is_builtin(func):
             return False
-        return any(self.is_model(arg.value) for arg in call.args) or self._runs_model(func)
+        return any(self.is_model(arg.value) for arg in call.args) or self._runs_model(call)
 
-    def _runs_model(self, func: cst.BaseExpression, depth: int = 0) -> bool:
-        """Is `func` a function of this file every definition of which runs a model it
-        reads from an enclosing scope (`encode_fn(texts)` with `def encode_fn(texts):
-        return encoder(texts)`, defined once in each branch of an `if`), recording
-        gradients (not under `@torch.no_grad()` or in a `with torch.no_grad():`)?"""
-        if not isinstance(func, cst.Name) or depth > 1:
+    def _runs_model(self, call: cst.Call, depth: int = 0) -> bool:
+        """Does every function of this file `call` may run run a model it reads from an
+        enclosing scope or `self` (`encode_fn(texts)` with `def encode_fn(texts): return
+        encoder(texts)`, defined once in each branch of an `if`; `self.training_step(batch)`
+        whose method calls `self.model(...)`; each callback's method an event runs,
+        `TrainingLoops.callees`), recording gradients (not under `@torch.no_grad()` or in a
+        `with torch.no_grad():`)?"""
+        if depth > 1:
             return False
-        sites = self._every_binding(func)
-        return bool(sites) and all(self._forward_helper(site, depth) for site, _ in sites)
+        if isinstance(call.func, cst.Name):
+            functions = [site for site, _ in self._every_binding(call.func)]
+        else:
+            functions = list(self.steps.callees(call))
+        return bool(functions) and all(self._forward_helper(function, depth) for function in functions)
 
     def _forward_helper(self, function: cst.CSTNode, depth: int) -> bool:
         if not isinstance(function, cst.FunctionDef) or any(self._grad_free(d.decorator) for d in function.decorators):
             return False
         for call in self.steps.own_calls(function.body):
             func = call.func
-            runs = self.is_model(func) or self._runs_model(func, depth + 1)
+            runs = self.is_model(func) or self._runs_model(call, depth + 1)
             runs = runs or (
                 isinstance(func, cst.Attribute) and func.attr.value not in MODULE_METHODS and self.is_model(func.value)
             )
@@ -520,17 +546,37 @@ class Training:
         `at` is where every call of that function passes it from (`train(model,
         device, loader)` with `model = Net().to(device)` at the call), and the `self` of a
         method is where every call of it on an instance finds that instance
-        (`module.configure_optimizers()` after `module = LitLM().to(device)`)."""
+        (`module.configure_optimizers()` after `module = LitLM().to(device)`). A construction
+        (`Net()`) is a model of its own: only a move of that very call places it."""
+        if isinstance(expr, cst.Call) and (
+            self.kinds.local_class(expr.func) is not None or self.names.startswith(expr.func, ("torch.nn.",))
+        ):
+            return self.moved_by(expr) or Model(self.code(expr), None, None, frozenset(), False, None)
         found = self._model_here(expr, at)
         if found.move is None and isinstance(expr, cst.Name) and depth < MAX_DEPTH:
             passed = self._passed_model(expr, depth)
             if passed is not None:
                 return passed
         if found.move is None and isinstance(expr, cst.Attribute) and depth < MAX_DEPTH:
-            called = self._model_where_called(expr, at, depth)
+            called = self._model_where_called(expr, at, depth) or self._model_given(expr, depth)
             if called is not None:
                 return called
         return found
+
+    def _model_given(self, expr: cst.Attribute, depth: int) -> Model | None:
+        """`self.model` that holds only what its class's construction is given (`self.model =
+        model` in `__init__`, `Trainer(model, ...)`): the model every construction passes, as
+        it is placed there."""
+        values = self.kinds.attribute_values(expr) if isinstance(expr.value, cst.Name) else None
+        code = self.code(expr)
+        # (`self.model = DDP(self.model)` leaves it where it was)
+        values = [v for v in values or () if not self._code_is(self._wrapped_model(v), code)]
+        if not values or not all(isinstance(value, cst.Name) for value in values):
+            return None
+        models = [self._passed_model(value, depth) for value in values]
+        if None in models:
+            return None
+        return self._one_placement(code, models)
 
     def _model_where_called(self, expr: cst.Attribute, at: cst.CSTNode, depth: int) -> Model | None:
         """`self.model` in a method that moves it nowhere before `at`, where every call of the
@@ -1276,7 +1322,13 @@ class Training:
             return self.parameter_model_sites(values[1], at, depth + 1, tensors)
         if self.names.is_(call.func, "itertools.chain") and values:
             return self._all_models(values, at, depth, tensors)
-        return None
+        function = self.steps.callee(call)  # `param_groups(model, wd)`: what a function of the file returns
+        if function is None:
+            return None
+        returns, yields = self.kinds.exits(function)
+        if yields or not returns or any(r.value is None for r in returns):
+            return None
+        return self._all_models([r.value for r in returns], at, depth, tensors)
 
     def _parameter_name_models(self, name: cst.Name, at, depth: int, tensors: TensorSites | None):
         """A list variable: what it is bound to, and what `.append`/`.extend`/`+=` add

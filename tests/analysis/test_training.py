@@ -818,3 +818,53 @@ def test_a_model_of_the_optimizer_a_function_is_handed_is_where_the_main_block_m
     assert training.code(model.move) == "model.to(device)" and model.places == {Place.CUDA}
     loop, _ = only_loop(code.replace("    model.to(device)\n", ""))
     assert loop.models[0].move is None  # never moved
+
+
+# -- a trainer class handed its pieces ---------------------------------------------------------
+
+HANDED = """\
+class Trainer:
+    def __init__(self, model, optimizer, distributed):
+        self.model = model
+        if distributed:
+            self.model = nn.parallel.DistributedDataParallel(self.model)
+        self.optimizer = optimizer
+
+    def training_step(self, x, y):
+        return nn.functional.cross_entropy(self.model(x), y)
+
+    def fit(self):
+        for x, y in loader:
+            loss = self.training_step(x.to(device), y.to(device))
+            self.optimizer.zero_grad()
+            loss.backward()
+            self.optimizer.step()
+
+
+net = Net().to(device)
+Trainer(net, torch.optim.AdamW(net.parameters()), False).fit()
+"""
+
+
+def test_a_model_wrapped_in_ddp_in_place_is_still_the_model():
+    training = analyse(HANDED)
+    reads = [a for a in training.index.find(cst.Attribute) if training.code(a) == "self.model"]
+    assert reads and all(training.is_model(read) for read in reads)
+
+
+def test_a_method_of_the_trainer_that_runs_the_model_is_the_forward_pass():
+    loop, training = only_loop(HANDED)
+    assert loop.forward is not None, loop.forward_problem
+    [statement] = loop.forward.statements
+    assert "self.training_step(" in training.code(statement)
+
+
+def test_the_model_a_trainer_is_constructed_with_is_where_the_construction_finds_it():
+    loop, training = only_loop(HANDED)
+    [model] = [m for m in loop.models if m.expression == "self.model"]
+    assert model.places == frozenset({Place.CUDA}) and training.code(model.move) == "Net().to(device)"
+
+
+def test_a_construction_of_another_instance_is_not_placed_by_a_move_of_the_first():
+    loop, training = only_loop(HANDED + "Trainer(Net(), None, False).fit()\n")
+    assert not [m for m in loop.models if m.expression == "self.model" and m.move is not None]
