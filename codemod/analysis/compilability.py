@@ -277,7 +277,7 @@ def model_break(context: FileContext, loop, name: str) -> tuple[cst.Call, str] |
 def _builds(context: FileContext, anchor: cst.CSTNode, name: str) -> list[cst.Call] | None:
     """The calls that build the model `name` at the statement `anchor` (where it is built or
     moved), through `.to(device)` and DDP wrappers; None when it may hold anything else."""
-    named = [n for n in context.index.find(cst.Name, within=anchor) if n.value == name]
+    named = [n for n in context.index.find((cst.Name, cst.Attribute), within=anchor) if context.source(n) == name]
     built = sizes_of(context).values(named[0]) if named else None
     if not built or not all(isinstance(value, cst.Call) for value in built):
         return None

@@ -49,8 +49,9 @@ def called_models(context, loop) -> list[str]:
     found = []
     calls = own_calls(context, loop.loop)
     candidates = [model.expression for model in loop.models] + _passed_modules(context, loop.loop, calls)
+    reached = context.loops.reached_calls(loop.loop)  # (a loss module a method of the trainer calls)
     for name in candidates:
-        if name in found or _loss_module(context, calls, name):
+        if name in found or _loss_module(context, reached, name):
             continue
         if any(calls_model(context, call, name) for call in calls):
             node = next((c.func for c in calls if m.matches(c.func, m.Name(name))), None)
@@ -173,6 +174,15 @@ def calls_model(context, call: cst.Call, name: str, depth: int = 0) -> bool:
         return True  # `module.training_step(batch)`, whose method calls `self(x)`
     if depth > 1:
         return False
+    if isinstance(func, cst.Attribute) and name.startswith(code(func.value) + "."):
+        # `self.train_step(batch)` whose method calls `self.model(x)`: its receiver is the method's first parameter
+        rest = name[len(code(func.value)) :]
+        for method in context.loops.callees(call):
+            first = method.params.params[0].name.value if method.params.params else None
+            if first is not None and any(
+                calls_model(context, c, first + rest, depth + 1) for c in own_calls(context, method.body)
+            ):
+                return True
     function = layouts(context).function_of(call)
     if function is None:
         return False
@@ -301,6 +311,28 @@ def caller_anchor(context, loop: cst.CSTNode, name: str) -> CallerAnchor | None:
     return CallerAnchor(found, arg.value.value, call)
 
 
+def construction_anchor(context, loop: cst.CSTNode, name: str) -> CallerAnchor | None:
+    """For a model `self.model` that a class holds as its constructor is given it (`self.model =
+    model` in `__init__`): the statement that builds or moves the variable its one construction
+    in this file passes (`Trainer(model, ...)`), when nothing binds that variable again between
+    there and the construction, so that a compile there compiles the module the loop trains."""
+    node = _attribute_read(context, loop, name)
+    values = context.training.given_values(node) if node is not None else []
+    reads = {context.kinds.parameter_read(v) if isinstance(v, cst.Name) else None for v in values}
+    if len(reads) != 1 or None in reads:
+        return None
+    ((function, param),) = reads
+    passed = context.kinds.arguments(param) if function.name.value == "__init__" else None
+    if not passed or len(passed) != 1 or not isinstance(passed[0][1], cst.Name):
+        return None
+    ((call, argument),) = passed
+    statement = context.index.statement_of(call)
+    found = anchor(context, statement, argument.value)
+    if found is None or bound_again(context, found, statement, argument.value):
+        return None
+    return CallerAnchor(found, argument.value, call)
+
+
 def global_site(context, loop: cst.CSTNode, name: str) -> cst.CSTNode | None:
     """For a model the training function reads as a module-level name: the last module-level
     statement (or one in an `if` there) that builds or moves it."""
@@ -322,14 +354,24 @@ def global_site(context, loop: cst.CSTNode, name: str) -> cst.CSTNode | None:
 
 
 def attribute_site(context, loop: cst.CSTNode, expression: str) -> cst.CSTNode | None:
-    """For `self.model`: the statement of the class that assigns it."""
-    for call in own_calls(context, loop):
-        for node in [call.func, *(a.value for a in call.args)]:
-            if isinstance(node, cst.Attribute) and context.source(node) == expression:
-                values = context.kinds.attribute_values(node)
-                if values:
-                    return context.index.statement_of(values[-1])
-    return None
+    """For `self.model`: the statement of the class that assigns it, as the loop or a method
+    of the class around it reads it."""
+    node = _attribute_read(context, loop, expression)
+    values = context.kinds.attribute_values(node) if node is not None else None
+    return context.index.statement_of(values[-1]) if values else None
+
+
+def _attribute_read(context, loop: cst.CSTNode, expression: str) -> cst.Attribute | None:
+    """A read of the attribute `self.model` in the class around `loop` whose values can be told."""
+    classdef = context.index.first_enclosing(loop, cst.ClassDef)
+    return next(
+        (
+            node
+            for node in context.index.find(cst.Attribute, within=classdef or loop)
+            if context.source(node) == expression and context.kinds.attribute_values(node)
+        ),
+        None,
+    )
 
 
 def built_in_outer_loop(context, loop: cst.CSTNode, name: str) -> cst.CSTNode | None:

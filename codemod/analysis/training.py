@@ -436,10 +436,7 @@ class Training:
                 passed = self.kinds.passed(read[1])
                 return bool(passed) and all(self.is_model(value, depth + 1) for value in passed)
             if isinstance(expr, cst.Attribute) and depth < 3:
-                code = self.code(expr)
-                values = self.steps.values_of(expr)
-                # (`self.model = DDP(self.model)` wraps whatever the other values hold)
-                others = [v for v in values or () if not self._code_is(self._wrapped_model(v), code)]
+                others = self._unwrapped(self.steps.values_of(expr), expr)
                 return bool(others) and all(self.is_model(v, depth + 1) for v in others)
             return False
         source = self._last_source(expr) if isinstance(expr, cst.Name) else None
@@ -454,8 +451,15 @@ class Training:
         wrapped = kwarg(expr, "module") or kwarg(expr, "model") or positional(expr, 0)
         return wrapped.value if wrapped is not None else None
 
-    def _code_is(self, expr: cst.BaseExpression | None, code: str) -> bool:
-        return expr is not None and self.code(expr) == code
+    def _unwrapped(self, values, expr: cst.BaseExpression) -> list[cst.BaseExpression]:
+        """`values` of `expr` but those that wrap `expr` itself (`self.model = DDP(self.model)`
+        holds what the other values hold, wrapped)."""
+        code = self.code(expr)
+        return [v for v in values or () if (wrapped := self._wrapped_model(v)) is None or self.code(wrapped) != code]
+
+    def given_values(self, expr: cst.Attribute) -> list[cst.BaseExpression]:
+        """What the attribute `self.model` may hold (`Kinds.attribute_values`), wrappers of itself left out."""
+        return self._unwrapped(self.kinds.attribute_values(expr), expr) if isinstance(expr.value, cst.Name) else []
 
     def _holds_loss_module(self, name: cst.Name, depth: int = 0) -> bool:
         """Does every value `name` may hold come from a loss module's construction (a
@@ -567,16 +571,13 @@ class Training:
         """`self.model` that holds only what its class's construction is given (`self.model =
         model` in `__init__`, `Trainer(model, ...)`): the model every construction passes, as
         it is placed there."""
-        values = self.kinds.attribute_values(expr) if isinstance(expr.value, cst.Name) else None
-        code = self.code(expr)
-        # (`self.model = DDP(self.model)` leaves it where it was)
-        values = [v for v in values or () if not self._code_is(self._wrapped_model(v), code)]
+        values = self.given_values(expr)  # (a DDP wrapper of itself leaves it where it was)
         if not values or not all(isinstance(value, cst.Name) for value in values):
             return None
         models = [self._passed_model(value, depth) for value in values]
         if None in models:
             return None
-        return self._one_placement(code, models)
+        return self._one_placement(self.code(expr), models)
 
     def _model_where_called(self, expr: cst.Attribute, at: cst.CSTNode, depth: int) -> Model | None:
         """`self.model` in a method that moves it nowhere before `at`, where every call of the

@@ -37,6 +37,12 @@ for step in range(10):
     opt.step()
 torch.save(model.state_dict(), "model.pt")
 """
+TRAINER_GIVEN = (
+    "import torch\n\nclass Trainer:\n    def __init__(self, model, opt):\n        self.model = model\n        self.opt = opt\n\n"
+    "    def fit(self, batches):\n        for x in batches:\n            self.model(x).sum().backward()\n"
+    "            self.opt.step()\n            self.opt.zero_grad()\n\n"
+    "net = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.LayerNorm(8), torch.nn.GELU()).cuda()\n"
+)
 
 
 class UncompiledModel(Rule):
@@ -50,7 +56,11 @@ class UncompiledModel(Rule):
     (`DistributedDataParallel(model)` and its `.module`, `net = model`): then
     the model itself is compiled, before it is wrapped. A model given to the
     function that trains it (`train_one_epoch(model, opt)`) is compiled where
-    the one caller of that function in the file builds and moves it. An
+    the one caller of that function in the file builds and moves it, and a
+    model a trainer class holds as its constructor is given it (`self.model =
+    model` in `__init__`, `Trainer(model, opt).fit()`) where the one
+    construction in the file builds and moves it: `model.compile()` compiles
+    the module in place, so the trainer's `self.model` is the compiled one. An
     optimizer's parameter table (`nn.ParameterDict`), a module read only for
     its weights, and a loss module of torch (`nn.SmoothL1Loss()`, which holds
     no weights) are not.
@@ -146,7 +156,9 @@ class UncompiledModel(Rule):
     recompile for every new value), a model that is
     not built in the function (or module) that trains it nor by the one
     caller that gives it to that function, a model held in
-    an attribute (`self.model`), and a model of a class from another module
+    an attribute that its class builds itself (`self.model = Net()`: the
+    message names where to add `self.model.compile()`, or why compiling it
+    gains nothing), and a model of a class from another module
     of your code whose step also calls into it besides its forward
     (`model.calc_importances(...)`): `model.compile()` compiles `model(...)`
     only; the message names those calls, the module hooks the class registers
@@ -220,6 +232,12 @@ class UncompiledModel(Rule):
     INVALID = [
         Invalid(SETUP + LOOP, SETUP + "model.compile()\n" + LOOP),
         Invalid(
+            TRAINER_GIVEN + "Trainer(net, torch.optim.SGD(net.parameters(), lr=0.1)).fit([torch.randn(4, 8).cuda()])\n",
+            TRAINER_GIVEN
+            + "net.compile()\nTrainer(net, torch.optim.SGD(net.parameters(), lr=0.1)).fit([torch.randn(4, 8).cuda()])\n",
+            "a model a trainer class is constructed with: compiled in place where the one construction builds it",
+        ),
+        Invalid(
             "import torch\n\ndef main():\n    net = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.LayerNorm(8), torch.nn.GELU())\n"
             "    net.cuda()\n"
             "    opt = torch.optim.SGD(net.parameters(), lr=0.1)\n    for epoch in range(2):\n"
@@ -282,18 +300,22 @@ class UncompiledModel(Rule):
 
     def _model(self, loop, name: str, hook, seen: set[int]) -> None:
         """Compile (or report) the model `name` whose forward runs in `loop`."""
-        if not name.isidentifier():
-            where = sites.attribute_site(self.context, loop.loop, name) or loop.loop
-            if id(where) not in seen:
-                seen.add(id(where))
+        given_to_class = None if name.isidentifier() else sites.construction_anchor(self.context, loop.loop, name)
+        if not name.isidentifier() and given_to_class is None:
+            where = sites.attribute_site(self.context, loop.loop, name)
+            if id(where or loop.loop) not in seen:
+                seen.add(id(where or loop.loop))
                 self.report(
-                    where,
-                    f"`{name}` is trained in eager mode; PM506 compiles only models held "
+                    where or loop.loop,
+                    (self._gains_nothing(where, loop, name, name) if where is not None else None)
+                    or f"`{name}` is trained in eager mode; PM506 compiles only models held "
                     f"in a variable: add `{name}.compile()` where it is built",
                 )
             return
         anchor, built, given = sites.anchor(self.context, loop.loop, name), name, None
-        if anchor is None and (caller := sites.caller_anchor(self.context, loop.loop, name)) is not None:
+        if given_to_class is not None:
+            anchor, built, given = given_to_class.anchor, given_to_class.name, given_to_class.call
+        elif anchor is None and (caller := sites.caller_anchor(self.context, loop.loop, name)) is not None:
             anchor, built, given = caller.anchor, caller.name, caller.call  # the one caller builds it
         if anchor is None:
             site = sites.caller_site(self.context, loop.loop, name) or sites.global_site(self.context, loop.loop, name)
@@ -339,27 +361,8 @@ class UncompiledModel(Rule):
                 f"`{built}` could be compiled, but {assigned}: dynamo guards on the module's attributes "
                 "and would recompile whenever one changes; not fixed",
             )
-        elif (layer := lone_layer(self.context, anchor, built)) is not None:
-            self.report(
-                anchor,
-                f"`{built}` is trained in eager mode, but it is a single `nn.{layer}`, one operator of torch "
-                "forward and backward: compiling it has nothing to fuse; not fixed",
-            )
-        elif (layers := layer_chain(self.context, anchor, built)) is not None:
-            self.report(
-                anchor,
-                f"`{built}` is trained in eager mode, but its forward runs {layers} layers with a matrix "
-                "product or convolution between any two other operations: torch.compile has nothing to fuse "
-                "and would run the same kernels, saving only torch's overhead per operation (microseconds "
-                "a step) for a compile of seconds; not fixed",
-            )
-        elif (broken := model_break(self.context, loop, name)) is not None:
-            call, reason = broken
-            self.report(
-                anchor,
-                f"`{built}` is trained in eager mode, but compiling it would gain little: {reason} "
-                f"(`{self.context.source(call.func)}`, line {self.context.line(call)}); not fixed",
-            )
+        elif (nothing := self._gains_nothing(anchor, loop, name, built)) is not None:
+            self.report(anchor, nothing)
         else:
             compile_line = cst.parse_statement(f"{built}.compile()\n")
             message = self.MESSAGE
@@ -379,11 +382,34 @@ class UncompiledModel(Rule):
                     level=Level.UNSAFE,
                 )
 
+    def _gains_nothing(self, anchor: cst.CSTNode, loop, name: str, built: str) -> str | None:
+        """Why compiling the model `name` (built as `built` at `anchor`) gains nothing: a lone
+        one-operator layer, a chain of library products, a graph break in its forward."""
+        if (layer := lone_layer(self.context, anchor, built)) is not None:
+            return (
+                f"`{built}` is trained in eager mode, but it is a single `nn.{layer}`, one operator of torch "
+                "forward and backward: compiling it has nothing to fuse; not fixed"
+            )
+        if (layers := layer_chain(self.context, anchor, built)) is not None:
+            return (
+                f"`{built}` is trained in eager mode, but its forward runs {layers} layers with a matrix "
+                "product or convolution between any two other operations: torch.compile has nothing to fuse "
+                "and would run the same kernels, saving only torch's overhead per operation (microseconds "
+                "a step) for a compile of seconds; not fixed"
+            )
+        if (broken := model_break(self.context, loop, name)) is not None:
+            call, reason = broken
+            return (
+                f"`{built}` is trained in eager mode, but compiling it would gain little: {reason} "
+                f"(`{self.context.source(call.func)}`, line {self.context.line(call)}); not fixed"
+            )
+        return None
+
     def _attribute_assigned(self, loop, name: str) -> str | None:
         """Why an attribute of the model `name`, or of one of its submodules, is assigned in
         the training loops around its step (`model.drop.p = p`), or None."""
         outermost = [loop.loop, *self.context.index.enclosing_loops(loop.loop)][-1]
-        return variance(self.context).attribute_changed_within(cst.Name(name), outermost)
+        return variance(self.context).attribute_changed_within(cst.parse_expression(name), outermost)
 
     def _draw(self, loop, name: str) -> str | None:
         """The random ops that compiling the model `name` covers (`its random ops (`Dropout`)`),

@@ -8,7 +8,15 @@ method may run no model, nothing is claimed."""
 
 from __future__ import annotations
 
-from tests.rules.test_step_rules_wild import apply, only, run
+import json
+import shutil
+
+import pytest
+import torch
+
+from tests.rules.test_step_rules_wild import IMPORTS, apply, only, run
+
+HAS_CXX = any(shutil.which(c) for c in ("g++", "c++", "clang++"))
 
 GIVEN_TRAINER = """\
 class Net(nn.Module):
@@ -91,3 +99,77 @@ def test_a_method_that_runs_the_model_without_gradients_is_no_forward_pass():
     )
     _, new, findings = apply(no_grad, "PM301")
     assert "autocast" not in new and not [f for f in findings if f.code == "PM301" and f.applied]
+
+
+# -- PM506: the model the trainer is given is compiled where it is built ----------------------
+
+FUSIBLE_NET = """\
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.body = nn.Sequential(nn.Linear(512, 1024), nn.GELU(), nn.Linear(1024, 512))
+        self.norm = nn.LayerNorm(512)
+        self.head = nn.Linear(512, 4)
+
+    def forward(self, x):
+        return self.head(self.norm(x + self.body(x)))
+"""
+COMPILE_TRAINER = FUSIBLE_NET + GIVEN_TRAINER[GIVEN_TRAINER.index("\n\ndef param_groups") :]
+
+
+def test_the_model_a_trainer_is_constructed_with_is_compiled_where_it_is_built():
+    _, new, findings = apply(COMPILE_TRAINER, "PM506")
+    finding = only(findings, "PM506")
+    assert finding.applied and "`Trainer` trains it, given it at line" in finding.message
+    assert "    model = Net().to(device)\n    model.compile()\n" in new
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not HAS_CXX, reason="torch.compile's inductor backend needs a C++ compiler on CPU")
+def test_the_compiled_trainer_trains_like_the_eager_one():
+    source, new, _ = apply(COMPILE_TRAINER, "PM506")
+    eager = torch.tensor(json.loads(run(source)[-1]))
+    torch._dynamo.reset()
+    compiled = torch.tensor(json.loads(run(new)[-1]))
+    torch.testing.assert_close(compiled, eager, rtol=1e-4, atol=1e-5)
+
+
+def test_a_trainer_constructed_with_two_models_is_not_compiled_for_one_of_them():
+    twice = COMPILE_TRAINER.replace(
+        "    trainer = Trainer(model, optimizer, device)\n",
+        "    trainer = Trainer(model, optimizer, device)\n    Trainer(Net().to(device), optimizer, device).fit(1)\n",
+    )
+    _, new, findings = apply(twice, "PM506")
+    assert ".compile()" not in new
+    assert "compiles only models held in a variable" in only(findings, "PM506").message
+
+
+OWN_MODEL_TRAINER = """\
+class Trainer:
+    def __init__(self):
+        self.model = nn.Sequential(nn.Linear(16, 64), nn.ReLU(), nn.Linear(64, 4))
+        self.loss_fn = nn.CrossEntropyLoss()
+        self.optimizer = torch.optim.SGD(self.model.parameters(), lr=0.1)
+
+    def train_step(self, x, y):
+        loss = self.loss_fn(self.model(x), y)
+        self.optimizer.zero_grad()
+        loss.backward()
+        self.optimizer.step()
+
+    def fit(self, steps):
+        for _ in range(steps):
+            self.train_step(torch.randn(8, 16), torch.randint(0, 4, (8,)))
+
+
+Trainer().fit(3)
+"""
+
+
+def test_a_model_the_trainer_builds_and_runs_in_a_method_gets_the_reason_compiling_it_gains_nothing():
+    _, new, findings = apply(OWN_MODEL_TRAINER, "PM506")
+    finding = only(findings, "PM506")  # the loss module the method calls is no model
+    assert not finding.applied and "`self.model` is trained in eager mode, but its forward runs" in finding.message
+    assert finding.line == OWN_MODEL_TRAINER.splitlines().index(
+        "        self.model = nn.Sequential(nn.Linear(16, 64), nn.ReLU(), nn.Linear(64, 4))"
+    ) + 1 + len(IMPORTS.splitlines())
