@@ -4,6 +4,7 @@ import libcst as cst
 
 from codemod.analysis.loaders import ENUMERATE, PIN_MEMORY_POSITION
 from codemod.analysis.names import kwarg, method_name, positional
+from codemod.analysis.project import project_of
 from codemod.analysis.sizes import MIN_COPY_BYTES, sizes_of, small_copy
 from codemod.analysis.values import PASS_THROUGH_ITERABLES, Place
 from codemod.edits import Remove, Replace
@@ -109,8 +110,12 @@ class BatchCopiedInTheStep(Rule):
     copied by a statement `x = x.to(device)` / `x.cuda()` (`non_blocking`
     allowed, nothing else), `batch = [t.to(device) for t in batch]` or
     `batch = {k: v.to(device) for k, v in batch.items()}` of the loop body
-    itself, to one device expression bound before the loop, and no statement
-    before its copy uses it; the loader has the default `collate_fn` (or
+    itself, or by a statement that hands the batch to a function or method of
+    this file that returns nothing but such a copy of it (`x, y =
+    self._to_device(batch)` with `return [t.to(self.device) for t in batch]`,
+    which becomes `x, y = batch`), to one device expression bound before the
+    loop (the helper's `self.device` is the trainer's, a device parameter the
+    argument it is given), and no statement before its copy uses it; the loader has the default `collate_fn` (or
     `default_collate`, `PadCollate`), so a batch holds only tensors, mappings
     and sequences; it is pinned (`pin_memory` passed and not `False`, or added
     by PM102 in the same run; without it the copies cannot overlap) and not a
@@ -207,6 +212,15 @@ class BatchCopiedInTheStep(Rule):
             + "for batch in loader:\n    step(batch)\n",
             None,
             "copied in a function the step calls",
+        ),
+        Invalid(
+            PREAMBLE
+            + "def to_device(batch, device):\n    return [t.to(device, non_blocking=True) for t in batch]\n\n"
+            + "for batch in loader:\n    x, y = to_device(batch, device)\n"
+            + STEP,
+            _imported(PREAMBLE + "\nfor batch in DevicePrefetcher(loader, device):\n    x, y = batch\n" + STEP),
+            "a helper that returns the batch copied whole: the batch is bound as it comes, and the helper, "
+            "used nowhere else, goes",
         ),
         Invalid(
             PREAMBLE + "it = iter(loader)\nnext_x, next_y = next(it)\nfor _ in range(len(loader) - 1):\n"
@@ -325,7 +339,7 @@ class BatchCopiedInTheStep(Rule):
         copies = self._copy_statements(loop, names)
         if isinstance(copies, str):
             return copies
-        statements, device = copies
+        removals, device = copies
         if self.context.kinds.device_place(device) is Place.HOST:
             return None  # copies to the CPU: nothing to prefetch
         sources = loaders.sources(loader_expr, (), 0)
@@ -358,7 +372,7 @@ class BatchCopiedInTheStep(Rule):
                 ],
             )
 
-        edits = [Replace(loader_expr, prefetched), *(Remove(statement, supersedes=True) for statement in statements)]
+        edits = [Replace(loader_expr, prefetched), *removals]
         self.report(loop, self.MESSAGE, edits=edits, imports=[IMPORT])
         return None
 
@@ -384,9 +398,11 @@ class BatchCopiedInTheStep(Rule):
         return None
 
     def _copy_statements(self, loop: cst.For, names: list[str]):
-        """(the statements of the loop body that copy the batch, the device expression) when
-        every batch name is copied to one device before any other use; else why not."""
-        pending, statements, devices = set(names), [], []
+        """(the edits that take the loop body's copies of the batch out, the device expression)
+        when every batch name is copied to one device before any other use; else why not. A
+        copy statement goes; a batch copied whole by a helper of this file and bound to other
+        names (`x, y = self._to_device(batch)`) is bound to them as it comes (`x, y = batch`)."""
+        pending, edits, devices, removed = set(names), [], [], 0
         body = loop.body.body
         for statement in body:
             if not pending:
@@ -394,12 +410,21 @@ class BatchCopiedInTheStep(Rule):
             copied = self._copied_names(statement)
             if copied is not None and set(copied) <= pending:
                 pending -= set(copied)
-                statements.append(statement)
+                edits.append(Remove(statement, supersedes=True))
+                removed += 1
                 devices.extend(copied.values())
+                continue
+            helped = self._helper_copy(statement, pending, loop)
+            if helped is not None:
+                name, device, taken_out = helped
+                pending.discard(name)
+                edits.extend(taken_out)
+                removed += isinstance(taken_out[0], Remove)
+                devices.append(device)
                 continue
             if self.context.index.variable_names(statement) & pending:
                 return NOT_PLAIN_COPIES
-        if pending or len(statements) == len(body):
+        if pending or removed == len(body):
             return NOT_PLAIN_COPIES
         codes = list(dict.fromkeys(self.context.source(device) for device in devices))
         if len(codes) != 1:
@@ -410,7 +435,77 @@ class BatchCopiedInTheStep(Rule):
                 f"the device `{codes[0]}` is bound inside the loop, and the prefetcher, built before the loop, "
                 "would copy to the one bound before it"
             )
-        return statements, device
+        return edits, device
+
+    def _helper_copy(self, statement: cst.BaseStatement, pending: set[str], loop: cst.For):
+        """(the batch name, the device, the edit) for `batch = to_device(batch)` or `x, y =
+        self._to_device(batch)`, where the function or method of this file returns nothing but
+        a whole copy of the parameter it is given the batch in (`return [t.to(self.device) for t
+        in batch]`): the device as the loop spells it (the argument given for a parameter,
+        `self.device` through the receiver, a string); None for anything else."""
+        if not (
+            isinstance(statement, cst.SimpleStatementLine)
+            and len(statement.body) == 1
+            and isinstance(statement.body[0], cst.Assign)
+            and len(statement.body[0].targets) == 1
+            and isinstance(statement.body[0].value, cst.Call)
+        ):
+            return None
+        call, target = statement.body[0].value, statement.body[0].targets[0].target
+        kinds = self.context.kinds
+        helper = kinds.local_callee(call)
+        if helper is None or not isinstance(helper.body, cst.IndentedBlock) or len(helper.body.body) != 1:
+            return None
+        returned = kinds.returned(helper)
+        offset = kinds.receiver_offset(call, helper)
+        params = [*helper.params.posonly_params, *helper.params.params, *helper.params.kwonly_params]
+        for param in params:
+            given = kinds.argument(call, helper, param, offset)
+            if not (isinstance(given, cst.Name) and given.value in pending and len(returned) == 1):
+                continue
+            name = param.name.value
+            device = self._copy_device(returned[0], name) or self._comprehension_device(returned[0], name)
+            device = self._as_called(device, call, helper, offset) if device is not None else None
+            if device is None:
+                return None
+            if _is_name(target, given.value):
+                edit = Remove(statement, supersedes=True)
+            else:
+                edit = Replace(call, cst.Name(given.value))
+            return given.value, device, (edit, *self._unused_after(helper, call))
+        return None
+
+    def _unused_after(self, helper: cst.FunctionDef, call: cst.Call) -> tuple[Remove, ...]:
+        """The removal of `helper`, a module-level function, when `call` is its one use in this
+        project: once the call goes, it would be dead code."""
+        module = self.context.index.first_enclosing(helper, (cst.FunctionDef, cst.ClassDef)) is None
+        callers = self.context.kinds.callers(helper)
+        if not module or callers is None or [c for c, _ in callers] != [call]:
+            return ()
+        if project_of(self.context).called_from_importers(helper):
+            return ()
+        return (Remove(helper),)
+
+    def _as_called(self, device: cst.BaseExpression, call: cst.Call, helper: cst.FunctionDef, offset):
+        """`device`, as a helper spells it, in the terms of the code that calls it: a string as
+        it is, a parameter as the argument `call` gives it, `self.device` through the instance
+        the method is called on; None for anything else (a name of the helper's own scope)."""
+        if isinstance(device, cst.SimpleString):
+            return device
+        params = [*helper.params.posonly_params, *helper.params.params, *helper.params.kwonly_params]
+        if isinstance(device, cst.Name):
+            param = next((p for p in params if p.name.value == device.value), None)
+            return self.context.kinds.argument(call, helper, param, offset) if param is not None else None
+        if (
+            isinstance(device, cst.Attribute)
+            and isinstance(device.value, cst.Name)
+            and offset == 1
+            and params
+            and device.value.value == params[0].name.value
+            and isinstance(call.func, cst.Attribute)
+        ):
+            return device.with_changes(value=call.func.value)
+        return None
 
     def _copied_names(self, statement: cst.BaseStatement) -> dict[str, cst.BaseExpression] | None:
         """{name: device} for `x = x.to(device)` and `x, y = x.to(device), y.to(device)`."""

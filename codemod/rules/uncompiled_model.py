@@ -38,7 +38,8 @@ for step in range(10):
 torch.save(model.state_dict(), "model.pt")
 """
 TRAINER_GIVEN = (
-    "import torch\n\nclass Trainer:\n    def __init__(self, model, opt):\n        self.model = model\n        self.opt = opt\n\n"
+    "import torch\n\nclass Trainer:\n    def __init__(self, model, opt):\n"
+    "        self.model = model\n        self.opt = opt\n\n"
     "    def fit(self, batches):\n        for x in batches:\n            self.model(x).sum().backward()\n"
     "            self.opt.step()\n            self.opt.zero_grad()\n\n"
     "net = torch.nn.Sequential(torch.nn.Linear(8, 8), torch.nn.LayerNorm(8), torch.nn.GELU()).cuda()\n"

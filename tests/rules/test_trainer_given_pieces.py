@@ -173,3 +173,55 @@ def test_a_model_the_trainer_builds_and_runs_in_a_method_gets_the_reason_compili
     assert finding.line == OWN_MODEL_TRAINER.splitlines().index(
         "        self.model = nn.Sequential(nn.Linear(16, 64), nn.ReLU(), nn.Linear(64, 4))"
     ) + 1 + len(IMPORTS.splitlines())
+
+
+# -- PM103: a batch the trainer copies whole in a helper is prefetched -------------------------
+
+HELPER_COPY_TRAINER = """\
+class Trainer:
+    def __init__(self, model, loader, device):
+        self.model = model
+        self.loader = loader
+        self.device = device
+        self.optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+
+    def _to_device(self, batch):
+        return [t.to(self.device) for t in batch]
+
+    def fit(self):
+        losses = []
+        for batch in self.loader:
+            x, y = self._to_device(batch)
+            loss = F.mse_loss(self.model(x), y)
+            self.optimizer.zero_grad()
+            loss.backward()
+            self.optimizer.step()
+            losses.append(loss.detach())
+        return losses
+
+
+if __name__ == "__main__":
+    torch.manual_seed(0)
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    data = TensorDataset(torch.randn(4096, 512), torch.randn(4096, 1))
+    loader = DataLoader(data, batch_size=1024, shuffle=True, pin_memory=True)
+    model = nn.Linear(512, 1).to(device)
+    print(torch.stack(Trainer(model, loader, device).fit()).tolist())
+"""
+
+
+def test_a_batch_a_trainer_method_copies_whole_is_prefetched_and_bound_as_it_comes():
+    source, new, findings = apply(
+        "from torch.utils.data import DataLoader, TensorDataset\n" + HELPER_COPY_TRAINER, "PM103"
+    )
+    assert only(findings, "PM103").applied
+    assert "for batch in DevicePrefetcher(self.loader, self.device):\n            x, y = batch\n" in new
+    assert run(new) == run(source)
+
+
+def test_a_helper_that_does_more_than_copy_is_not_taken_out():
+    more = HELPER_COPY_TRAINER.replace(
+        "[t.to(self.device) for t in batch]", "[t.to(self.device).double() for t in batch]"
+    )
+    _, new, findings = apply("from torch.utils.data import DataLoader, TensorDataset\n" + more, "PM103")
+    assert "DevicePrefetcher" not in new and not only(findings, "PM103").applied
