@@ -174,25 +174,23 @@ def calls_model(context, call: cst.Call, name: str, depth: int = 0) -> bool:
         return True  # `module.training_step(batch)`, whose method calls `self(x)`
     if depth > 1:
         return False
-    if isinstance(func, cst.Attribute) and name.startswith(code(func.value) + "."):
-        # `self.train_step(batch)` whose method calls `self.model(x)`: its receiver is the method's first parameter
-        rest = name[len(code(func.value)) :]
-        for method in context.loops.callees(call):
-            first = method.params.params[0].name.value if method.params.params else None
-            if first is not None and any(
-                calls_model(context, c, first + rest, depth + 1) for c in own_calls(context, method.body)
-            ):
-                return True
-    function = layouts(context).function_of(call)
-    if function is None:
-        return False
-    params = [*function.params.posonly_params, *function.params.params]
-    for arg, param in zip([a for a in call.args if a.keyword is None and not a.star], params):
-        if code(arg.value) == name:
-            inner = param.name.value
-            if any(calls_model(context, c, inner, depth + 1) for c in own_calls(context, function.body)):
-                return True
+    kinds = context.kinds
+    for function in context.loops.callees(call) or filter(None, [layouts(context).function_of(call)]):
+        # the names the function knows the model by: the parameter it is passed in, and for
+        # `self.train_step(batch)` whose method calls `self.model(x)`, the receiver's attribute
+        offset = kinds.receiver_offset(call, function)
+        params = [*function.params.posonly_params, *function.params.params, *function.params.kwonly_params]
+        inner = [p.name.value for p in params if _is_code(context, kinds.argument(call, function, p, offset), name)]
+        if offset and params and isinstance(func, cst.Attribute) and name.startswith(code(func.value) + "."):
+            inner.append(params[0].name.value + name[len(code(func.value)) :])
+        calls = own_calls(context, function.body)
+        if any(calls_model(context, c, each, depth + 1) for each in inner for c in calls):
+            return True
     return False
+
+
+def _is_code(context, expr: cst.BaseExpression | None, code: str) -> bool:
+    return expr is not None and context.source(expr) == code
 
 
 def _method_runs_forward(context, method: cst.Attribute) -> bool:
@@ -309,6 +307,20 @@ def caller_anchor(context, loop: cst.CSTNode, name: str) -> CallerAnchor | None:
     if bound_again(context, found, holder, arg.value.value):
         return None
     return CallerAnchor(found, arg.value.value, call)
+
+
+def constructions(context, loop: cst.CSTNode, name: str) -> list[cst.Call]:
+    """The constructions of this file that give the class around `loop` the model it holds as
+    `self.model` (`self.model = model` in `__init__`, `Trainer(model, ...)`); empty when the
+    attribute may hold anything else."""
+    node = _attribute_read(context, loop, name)
+    values = context.training.given_values(node) if node is not None else []
+    reads = {context.kinds.parameter_read(v) if isinstance(v, cst.Name) else None for v in values}
+    if len(reads) != 1 or None in reads:
+        return []
+    ((function, param),) = reads
+    passed = context.kinds.arguments(param) if function.name.value == "__init__" else None
+    return [call for call, _ in passed or ()]
 
 
 def construction_anchor(context, loop: cst.CSTNode, name: str) -> CallerAnchor | None:

@@ -287,6 +287,7 @@ class BatchCopiedInTheStep(Rule):
             first = copies[0].call
             line = self.context.line(first)
             helper = self.context.index.first_enclosing(first, cst.FunctionDef)
+            where: cst.CSTNode = first
             small = self._small_batches(feed.loader)
             if small is not None:
                 why = f"{self.MESSAGE} (line {line}); not rewritten: {small}, so prefetching it hides next to nothing"
@@ -305,6 +306,7 @@ class BatchCopiedInTheStep(Rule):
                     "if it does"
                 )
             elif helper is not None and not self.context.inside(first, feed.loop):
+                where = feed.loop  # the loop the batch is copied in, through a function it calls
                 why = (
                     f"each batch is copied to the device inside the step, in `{helper.name.value}` (line {line}); "
                     "prefetch it on a side stream while the previous step runs (`runtime.data.DevicePrefetcher("
@@ -312,7 +314,7 @@ class BatchCopiedInTheStep(Rule):
                 )
             else:
                 why = f"{self.MESSAGE} (line {line}); not rewritten: {refused.get(id(feed.loop), NOT_PLAIN_COPIES)}"
-            self.report(first, why)
+            self.report(where, why)
 
     def _small_batches(self, loader: cst.BaseExpression) -> str | None:
         """Why prefetching the batches of `loader` hides next to nothing: every loader it may be
@@ -539,15 +541,20 @@ class BatchCopiedInTheStep(Rule):
         return copied
 
     def _comprehension_device(self, value: cst.BaseExpression, name: str) -> cst.BaseExpression | None:
-        """The device of `[t.to(device) for t in name]` and `{k: v.to(device) for k, v in
-        name.items()}`: a batch that is a list or dict of tensors, copied whole (a value that
+        """The device of `[t.to(device) for t in name]` (or `tuple(...)` of the generator) and
+        `{k: v.to(device) for k, v in name.items()}`: a batch that is a list or dict of tensors, copied whole (a value that
         is not a tensor would have no `.to`, so every value is one)."""
-        if not isinstance(value, (cst.ListComp, cst.DictComp)):
+        built = isinstance(value, cst.Call) and len(value.args) == 1 and not value.args[0].keyword
+        if built and self.context.names.is_(value.func, "builtins.list", "builtins.tuple"):
+            value = value.args[0].value  # `tuple(t.to(device) for t in batch)`
+            if not isinstance(value, cst.GeneratorExp):
+                return None
+        elif not isinstance(value, (cst.ListComp, cst.DictComp)):
             return None
         loop = value.for_in
         if loop.ifs or loop.inner_for_in is not None or loop.asynchronous is not None:
             return None
-        if isinstance(value, cst.ListComp):
+        if isinstance(value, (cst.ListComp, cst.GeneratorExp)):
             if not (isinstance(loop.target, cst.Name) and _is_name(loop.iter, name)):
                 return None
             return self._copy_device(value.elt, loop.target.value)

@@ -309,6 +309,7 @@ class UncompiledModel(Rule):
                 self.report(
                     where or loop.loop,
                     (self._gains_nothing(where, loop, name, name) if where is not None else None)
+                    or self._given_by_several(loop, name)
                     or f"`{name}` is trained in eager mode; PM506 compiles only models held "
                     f"in a variable: add `{name}.compile()` where it is built",
                 )
@@ -382,6 +383,19 @@ class UncompiledModel(Rule):
                     edits=[InsertAfter(anchor, (compile_line,))],
                     level=Level.UNSAFE,
                 )
+
+    def _given_by_several(self, loop, name: str) -> str | None:
+        """Why a model its class is constructed with is not compiled where it is built: more than
+        one construction gives the class a model."""
+        calls = sites.constructions(self.context, loop.loop, name)
+        if len(calls) < 2:
+            return None
+        lines = ", ".join(str(self.context.line(call)) for call in calls)
+        return (
+            f"`{name}` is trained in eager mode; it is the model each of {len(calls)} constructions of "
+            f"`{self.context.source(calls[0].func)}` gives it (lines {lines}): compile each where it is built "
+            "(`model.compile()` compiles it in place), and check with perfmod verify"
+        )
 
     def _gains_nothing(self, anchor: cst.CSTNode, loop, name: str, built: str) -> str | None:
         """Why compiling the model `name` (built as `built` at `anchor`) gains nothing: a lone

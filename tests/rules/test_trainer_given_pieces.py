@@ -140,8 +140,7 @@ def test_a_trainer_constructed_with_two_models_is_not_compiled_for_one_of_them()
         "    trainer = Trainer(model, optimizer, device)\n    Trainer(Net().to(device), optimizer, device).fit(1)\n",
     )
     _, new, findings = apply(twice, "PM506")
-    assert ".compile()" not in new
-    assert "compiles only models held in a variable" in only(findings, "PM506").message
+    assert ".compile()" not in new and not only(findings, "PM506").applied
 
 
 OWN_MODEL_TRAINER = """\
@@ -224,4 +223,31 @@ def test_a_helper_that_does_more_than_copy_is_not_taken_out():
         "[t.to(self.device) for t in batch]", "[t.to(self.device).double() for t in batch]"
     )
     _, new, findings = apply("from torch.utils.data import DataLoader, TensorDataset\n" + more, "PM103")
-    assert "DevicePrefetcher" not in new and not only(findings, "PM103").applied
+    finding = only(findings, "PM103")
+    assert "DevicePrefetcher" not in new and not finding.applied
+    # reported on the loop that copies the batch through the helper, which the message names
+    assert new.splitlines()[finding.line - 1].strip() == "for batch in self.loader:"
+    assert "in `_to_device` (line" in finding.message
+
+
+def test_a_helper_returning_a_tuple_of_the_copies_is_a_whole_copy_too():
+    as_tuple = HELPER_COPY_TRAINER.replace(
+        "[t.to(self.device) for t in batch]", "tuple(t.to(self.device) for t in batch)"
+    )
+    source, new, findings = apply("from torch.utils.data import DataLoader, TensorDataset\n" + as_tuple, "PM103")
+    assert only(findings, "PM103").applied and "x, y = batch\n" in new
+    sorted_copies = HELPER_COPY_TRAINER.replace(
+        "[t.to(self.device) for t in batch]", "sorted(t.to(self.device) for t in batch)"
+    )
+    _, new, _ = apply("from torch.utils.data import DataLoader, TensorDataset\n" + sorted_copies, "PM103")
+    assert "DevicePrefetcher" not in new  # another order: no plain copy
+
+
+def test_a_trainer_constructed_twice_is_told_to_compile_each_model_where_it_is_built():
+    twice = COMPILE_TRAINER.replace(
+        "    trainer = Trainer(model, optimizer, device)\n",
+        "    trainer = Trainer(model, optimizer, device)\n    Trainer(Net().to(device), optimizer, device).fit(1)\n",
+    )
+    _, _, findings = apply(twice, "PM506")
+    message = only(findings, "PM506").message
+    assert "each of 2 constructions of `Trainer`" in message and "compile each where it is built" in message
