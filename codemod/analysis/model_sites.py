@@ -616,8 +616,22 @@ class ModelSites:
                 self.fixed_gpu(found.value)
                 return found.value
         if self.context.training.cuda_use is not None:
+            if self._given_to_class(site):
+                raise NotDistributable(
+                    site.anchor,
+                    f"`{site.code}` holds the model its class is given when it is constructed, moved where it "
+                    "is built; PM601 wraps a model where the function that trains it builds it: wrap it in "
+                    "DistributedDataParallel before it is handed over",
+                )
             raise NotDistributable(site.anchor, "it cannot tell which device the model is moved to")
         return None
+
+    def _given_to_class(self, site: ModelSite) -> bool:
+        """Does the attribute `site` builds hold only what its class's `__init__` is given?"""
+        if not isinstance(site.scope, cst.ClassDef):
+            return False
+        held = [a for a in self.index.find(cst.Attribute, within=site.anchor) if self.context.source(a) == site.code]
+        return bool(held) and self.context.training.init_parameter(held[0]) is not None
 
     def fixed_gpu(self, value: cst.BaseExpression, chosen: bool = False) -> list[cst.Integer]:
         """Raises for a fixed GPU, which every rank would use. GPU 0 where the script chooses

@@ -309,18 +309,13 @@ def caller_anchor(context, loop: cst.CSTNode, name: str) -> CallerAnchor | None:
     return CallerAnchor(found, arg.value.value, call)
 
 
-def constructions(context, loop: cst.CSTNode, name: str) -> list[cst.Call]:
+def constructions(context, loop: cst.CSTNode, name: str) -> list[tuple[cst.Call, cst.BaseExpression | None]]:
     """The constructions of this file that give the class around `loop` the model it holds as
-    `self.model` (`self.model = model` in `__init__`, `Trainer(model, ...)`); empty when the
-    attribute may hold anything else."""
+    `self.model` (`self.model = model` in `__init__`, `Trainer(model, ...)`), each with what it
+    passes; empty when the attribute may hold anything else."""
     node = _attribute_read(context, loop, name)
-    values = context.training.given_values(node) if node is not None else []
-    reads = {context.kinds.parameter_read(v) if isinstance(v, cst.Name) else None for v in values}
-    if len(reads) != 1 or None in reads:
-        return []
-    ((function, param),) = reads
-    passed = context.kinds.arguments(param) if function.name.value == "__init__" else None
-    return [call for call, _ in passed or ()]
+    param = context.training.init_parameter(node) if node is not None else None
+    return (context.kinds.arguments(param) or []) if param is not None else []
 
 
 def construction_anchor(context, loop: cst.CSTNode, name: str) -> CallerAnchor | None:
@@ -328,14 +323,8 @@ def construction_anchor(context, loop: cst.CSTNode, name: str) -> CallerAnchor |
     model` in `__init__`): the statement that builds or moves the variable its one construction
     in this file passes (`Trainer(model, ...)`), when nothing binds that variable again between
     there and the construction, so that a compile there compiles the module the loop trains."""
-    node = _attribute_read(context, loop, name)
-    values = context.training.given_values(node) if node is not None else []
-    reads = {context.kinds.parameter_read(v) if isinstance(v, cst.Name) else None for v in values}
-    if len(reads) != 1 or None in reads:
-        return None
-    ((function, param),) = reads
-    passed = context.kinds.arguments(param) if function.name.value == "__init__" else None
-    if not passed or len(passed) != 1 or not isinstance(passed[0][1], cst.Name):
+    passed = constructions(context, loop, name)
+    if len(passed) != 1 or not isinstance(passed[0][1], cst.Name):
         return None
     ((call, argument),) = passed
     statement = context.index.statement_of(call)

@@ -461,6 +461,16 @@ class Training:
         """What the attribute `self.model` may hold (`Kinds.attribute_values`), wrappers of itself left out."""
         return self._unwrapped(self.kinds.attribute_values(expr), expr) if isinstance(expr.value, cst.Name) else []
 
+    def init_parameter(self, expr: cst.Attribute) -> cst.Param | None:
+        """The parameter of its class's `__init__` whose value the attribute `self.model` holds
+        (`self.model = model`), when it holds nothing else (a DDP wrapper of itself aside)."""
+        values = self.given_values(expr)
+        reads = {self.kinds.parameter_read(v) if isinstance(v, cst.Name) else None for v in values}
+        if len(reads) != 1 or None in reads:
+            return None
+        ((function, param),) = reads
+        return param if function.name.value == "__init__" else None
+
     def _holds_loss_module(self, name: cst.Name, depth: int = 0) -> bool:
         """Does every value `name` may hold come from a loss module's construction (a
         parameter followed to what every call of its function passes; `.to(device)` and

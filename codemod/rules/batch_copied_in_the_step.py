@@ -115,8 +115,9 @@ class BatchCopiedInTheStep(Rule):
     self._to_device(batch)` with `return [t.to(self.device) for t in batch]`,
     which becomes `x, y = batch`), to one device expression bound before the
     loop (the helper's `self.device` is the trainer's, a device parameter the
-    argument it is given), and no statement before its copy uses it; the loader has the default `collate_fn` (or
-    `default_collate`, `PadCollate`), so a batch holds only tensors, mappings
+    argument it is given), and no statement before its copy uses it; the
+    loader has the default `collate_fn` (or `default_collate`, `PadCollate`),
+    so a batch holds only tensors, mappings
     and sequences; it is pinned (`pin_memory` passed and not `False`, or added
     by PM102 in the same run; without it the copies cannot overlap) and not a
     subclass overriding `__iter__`. A loop whose copies match but whose loader
@@ -416,7 +417,7 @@ class BatchCopiedInTheStep(Rule):
                 removed += 1
                 devices.extend(copied.values())
                 continue
-            helped = self._helper_copy(statement, pending, loop)
+            helped = self._helper_copy(statement, pending)
             if helped is not None:
                 name, device, taken_out = helped
                 pending.discard(name)
@@ -439,8 +440,8 @@ class BatchCopiedInTheStep(Rule):
             )
         return edits, device
 
-    def _helper_copy(self, statement: cst.BaseStatement, pending: set[str], loop: cst.For):
-        """(the batch name, the device, the edit) for `batch = to_device(batch)` or `x, y =
+    def _helper_copy(self, statement: cst.BaseStatement, pending: set[str]):
+        """(the batch name, the device, the edits) for `batch = to_device(batch)` or `x, y =
         self._to_device(batch)`, where the function or method of this file returns nothing but
         a whole copy of the parameter it is given the batch in (`return [t.to(self.device) for t
         in batch]`): the device as the loop spells it (the argument given for a parameter,
@@ -542,8 +543,8 @@ class BatchCopiedInTheStep(Rule):
 
     def _comprehension_device(self, value: cst.BaseExpression, name: str) -> cst.BaseExpression | None:
         """The device of `[t.to(device) for t in name]` (or `tuple(...)` of the generator) and
-        `{k: v.to(device) for k, v in name.items()}`: a batch that is a list or dict of tensors, copied whole (a value that
-        is not a tensor would have no `.to`, so every value is one)."""
+        `{k: v.to(device) for k, v in name.items()}`: a batch that is a list or dict of tensors,
+        copied whole (a value that is not a tensor would have no `.to`, so every value is one)."""
         built = isinstance(value, cst.Call) and len(value.args) == 1 and not value.args[0].keyword
         if built and self.context.names.is_(value.func, "builtins.list", "builtins.tuple"):
             value = value.args[0].value  # `tuple(t.to(device) for t in batch)`

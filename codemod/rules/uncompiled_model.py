@@ -387,7 +387,7 @@ class UncompiledModel(Rule):
     def _given_by_several(self, loop, name: str) -> str | None:
         """Why a model its class is constructed with is not compiled where it is built: more than
         one construction gives the class a model."""
-        calls = sites.constructions(self.context, loop.loop, name)
+        calls = [call for call, _ in sites.constructions(self.context, loop.loop, name)]
         if len(calls) < 2:
             return None
         lines = ", ".join(str(self.context.line(call)) for call in calls)

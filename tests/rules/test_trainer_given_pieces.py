@@ -251,3 +251,10 @@ def test_a_trainer_constructed_twice_is_told_to_compile_each_model_where_it_is_b
     _, _, findings = apply(twice, "PM506")
     message = only(findings, "PM506").message
     assert "each of 2 constructions of `Trainer`" in message and "compile each where it is built" in message
+
+
+def test_pm601_names_the_model_handed_to_the_trainer_as_why_it_does_not_wrap_it():
+    _, new, findings = apply(GIVEN_TRAINER, "PM601")
+    finding = only(findings, "PM601")
+    assert not finding.applied and "`self.model` holds the model its class is given" in finding.message
+    assert "wrap it in DistributedDataParallel before it is handed over" in finding.message
