@@ -301,24 +301,15 @@ class UncompiledModel(Rule):
 
     def _model(self, loop, name: str, hook, seen: set[int]) -> None:
         """Compile (or report) the model `name` whose forward runs in `loop`."""
-        given_to_class = None if name.isidentifier() else sites.construction_anchor(self.context, loop.loop, name)
-        if not name.isidentifier() and given_to_class is None:
-            where = sites.attribute_site(self.context, loop.loop, name)
-            if id(where or loop.loop) not in seen:
-                seen.add(id(where or loop.loop))
-                self.report(
-                    where or loop.loop,
-                    (self._gains_nothing(where, loop, name, name) if where is not None else None)
-                    or self._given_by_several(loop, name)
-                    or f"`{name}` is trained in eager mode; PM506 compiles only models held "
-                    f"in a variable: add `{name}.compile()` where it is built",
-                )
+        if name.isidentifier():
+            anchor, built, given = sites.anchor(self.context, loop.loop, name), name, None
+            if anchor is None and (caller := sites.caller_anchor(self.context, loop.loop, name)) is not None:
+                anchor, built, given = caller.anchor, caller.name, caller.call  # the one caller builds it
+        elif (constructed := sites.construction_anchor(self.context, loop.loop, name)) is not None:
+            anchor, built, given = constructed.anchor, constructed.name, constructed.call  # the class is given it
+        else:
+            self._attribute_model(loop, name, seen)
             return
-        anchor, built, given = sites.anchor(self.context, loop.loop, name), name, None
-        if given_to_class is not None:
-            anchor, built, given = given_to_class.anchor, given_to_class.name, given_to_class.call
-        elif anchor is None and (caller := sites.caller_anchor(self.context, loop.loop, name)) is not None:
-            anchor, built, given = caller.anchor, caller.name, caller.call  # the one caller builds it
         if anchor is None:
             site = sites.caller_site(self.context, loop.loop, name) or sites.global_site(self.context, loop.loop, name)
             where = site or loop.loop
@@ -383,6 +374,21 @@ class UncompiledModel(Rule):
                     edits=[InsertAfter(anchor, (compile_line,))],
                     level=Level.UNSAFE,
                 )
+
+    def _attribute_model(self, loop, name: str, seen: set[int]) -> None:
+        """Report the model `self.model` that no one construction gives its class: where the
+        class builds it, with why compiling it gains nothing, when it does not."""
+        where = sites.attribute_site(self.context, loop.loop, name)
+        if id(where or loop.loop) in seen:
+            return
+        seen.add(id(where or loop.loop))
+        self.report(
+            where or loop.loop,
+            (self._gains_nothing(where, loop, name, name) if where is not None else None)
+            or self._given_by_several(loop, name)
+            or f"`{name}` is trained in eager mode; PM506 compiles only models held "
+            f"in a variable: add `{name}.compile()` where it is built",
+        )
 
     def _given_by_several(self, loop, name: str) -> str | None:
         """Why a model its class is constructed with is not compiled where it is built: more than
