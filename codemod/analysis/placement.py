@@ -249,7 +249,7 @@ class Placement:
         current = expr
         while True:
             if isinstance(current, cst.Call) and depth < MAX_DEPTH:
-                wrapped = self._wrapped(current)
+                wrapped = training.wrapped_model(current, SAME_DEVICE_MODEL_WRAPPERS)
                 if wrapped is not None:
                     return self.model(wrapped, at, depth + 1)
                 moved = training.moved_by(current)
@@ -306,13 +306,6 @@ class Placement:
         keys = {(code(m.device) if m.device is not None else None, m.places, m.split) for m in found}
         return found[0] if len(keys) == 1 else None
 
-    def _wrapped(self, call: cst.Call) -> cst.BaseExpression | None:
-        """`m` of `DistributedDataParallel(m, ...)`, `torch.compile(m)`, `copy.deepcopy(m)`."""
-        first = positional(call, 0) or kwarg(call, "module") or kwarg(call, "model")
-        if first is None or not self.context.names.is_(call.func, *SAME_DEVICE_MODEL_WRAPPERS):
-            return None
-        return first.value
-
     @property
     def _default_device_set(self) -> bool:
         code = self.context.code
@@ -325,7 +318,7 @@ class Placement:
         if isinstance(expr, cst.Call):
             if method_name(expr) in ("to", "cuda"):
                 return False  # `nn.Linear(8, 1).to(device)`: moved where it is built
-            wrapped = self._wrapped(expr)
+            wrapped = training.wrapped_model(expr, SAME_DEVICE_MODEL_WRAPPERS)
             if wrapped is not None:
                 return self._built_on_host(wrapped, depth + 1)
             if kwarg(expr, "device") is not None or kwarg(expr, "device_map") is not None:

@@ -423,7 +423,7 @@ class Training:
         a model (`DistributedDataParallel(self.model)`, `torch.compile(model)`)."""
         if isinstance(expr, cst.Call) and method_name(expr) in ("to", "cuda") and depth < 3:
             return self.is_model(expr.func.value, depth + 1)
-        wrapped = self._wrapped_model(expr)
+        wrapped = self.wrapped_model(expr)
         if wrapped is not None and depth < 3:
             return self.is_model(wrapped, depth + 1)
         if not isinstance(expr, (cst.Name, cst.Attribute)):
@@ -444,9 +444,10 @@ class Training:
             return False
         return not (isinstance(expr, cst.Name) and self._holds_loss_module(expr))
 
-    def _wrapped_model(self, expr: cst.BaseExpression) -> cst.BaseExpression | None:
-        """The module a model wrapper wraps (`DistributedDataParallel(model)`, `torch.compile(m)`)."""
-        if not (isinstance(expr, cst.Call) and self.names.of(expr.func) & MODEL_WRAPPERS):
+    def wrapped_model(self, expr: cst.BaseExpression, wrappers: frozenset[str] = MODEL_WRAPPERS):
+        """The module a model wrapper of `wrappers` wraps (`DistributedDataParallel(model)`,
+        `torch.compile(m)`); None when `expr` is no such call."""
+        if not (isinstance(expr, cst.Call) and self.names.of(expr.func) & wrappers):
             return None
         wrapped = kwarg(expr, "module") or kwarg(expr, "model") or positional(expr, 0)
         return wrapped.value if wrapped is not None else None
@@ -455,7 +456,7 @@ class Training:
         """`values` of `expr` but those that wrap `expr` itself (`self.model = DDP(self.model)`
         holds what the other values hold, wrapped)."""
         code = self.code(expr)
-        return [v for v in values or () if (wrapped := self._wrapped_model(v)) is None or self.code(wrapped) != code]
+        return [v for v in values or () if (wrapped := self.wrapped_model(v)) is None or self.code(wrapped) != code]
 
     def given_values(self, expr: cst.Attribute) -> list[cst.BaseExpression]:
         """What the attribute `self.model` may hold (`Kinds.attribute_values`), wrappers of itself left out."""
